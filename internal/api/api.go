@@ -1,0 +1,416 @@
+// Package api is the HTTP face of the sidecar: the /v1 document, flush and
+// status endpoints, health and readiness probes and /metrics, with bearer
+// auth, body limits and the error model of docs/api.md. It translates HTTP
+// to calls on docs.Service and bgt.Applier and back; it holds no state.
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/bgt"
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// Options configure the handler.
+type Options struct {
+	Token        string // bearer token required on /v1 when not empty
+	MaxBodyBytes int64
+	Version      string
+	InstanceID   string
+	Stores       map[string]store.Store
+	Warnings     func() []string // extra warnings for /v1/status
+}
+
+// Handler serves the API.
+type Handler struct {
+	opt  Options
+	svc  *docs.Service
+	app  *bgt.Applier
+	buf  *buffer.Buffer
+	m    *metrics.Metrics
+	reg  prometheus.Gatherer
+	log  *slog.Logger
+	mux  *http.ServeMux
+	rdb  redis.UniversalClient
+	auth []byte
+}
+
+// New returns the API handler.
+func New(opt Options, svc *docs.Service, app *bgt.Applier, buf *buffer.Buffer, m *metrics.Metrics, reg prometheus.Gatherer, log *slog.Logger) *Handler {
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = 1 << 20
+	}
+	h := &Handler{opt: opt, svc: svc, app: app, buf: buf, m: m, reg: reg, log: log, mux: http.NewServeMux(), rdb: buf.Client(), auth: []byte(opt.Token)}
+	h.route("GET /v1/docs/{collection}/{id}", "get", h.getDoc)
+	h.route("PUT /v1/docs/{collection}/{id}", "put", h.putDoc)
+	h.route("PATCH /v1/docs/{collection}/{id}", "patch", h.patchDoc)
+	h.route("DELETE /v1/docs/{collection}/{id}", "delete", h.deleteDoc)
+	h.route("GET /v1/docs/{collection}", "scan", h.scan)
+	h.route("POST /v1/flush", "flush", h.flush)
+	h.route("GET /v1/status", "status", h.status)
+	h.route("/v1/", "other", func(w http.ResponseWriter, r *http.Request) error {
+		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Error is an error with its HTTP status and code.
+type Error struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func apiError(status int, code, msg string) *Error { return &Error{Status: status, Code: code, Msg: msg} }
+
+// statusWriter remembers the status code for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (h *Handler) route(pattern, op string, fn func(http.ResponseWriter, *http.Request) error) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		var err error
+		if len(h.auth) > 0 && !h.authorized(r) {
+			err = apiError(http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token; send Authorization: Bearer <token>")
+		} else {
+			r.Body = http.MaxBytesReader(sw, r.Body, h.opt.MaxBodyBytes)
+			err = fn(sw, r)
+		}
+		if err != nil {
+			h.writeError(sw, r, err)
+		}
+		h.m.Requests.WithLabelValues(op, strconv.Itoa(sw.code)).Inc()
+		h.m.RequestDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	})
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(tok), h.auth) == 1
+}
+
+// writeError maps an error to the error model.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		ae  *Error
+		ce  *change.Error
+		mbe *http.MaxBytesError
+		se  *docs.StoreError
+	)
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &ce):
+		ae = apiError(http.StatusBadRequest, "invalid_argument", ce.Msg)
+	case errors.As(err, &mbe):
+		ae = apiError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the limit of %d bytes", mbe.Limit))
+	case errors.Is(err, docs.ErrUnknownCollection):
+		ae = apiError(http.StatusNotFound, "not_found", fmt.Sprintf("unknown collection %q", r.PathValue("collection")))
+	case errors.Is(err, docs.ErrNotFound):
+		ae = apiError(http.StatusNotFound, "not_found", "document not found")
+	case errors.Is(err, docs.ErrConflict):
+		w.Header().Set("Retry-After", "1")
+		ae = apiError(http.StatusConflict, "aborted", "too many concurrent writes to the document; retry with backoff")
+	case errors.As(err, &se) && store.IsPermanent(se.Err):
+		ae = apiError(http.StatusBadRequest, "invalid_argument", "the store rejected the change: "+oneLine(se.Err.Error()))
+	case errors.As(err, &se):
+		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the store is unavailable: "+oneLine(se.Err.Error()))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the request timed out or was cancelled")
+	default:
+		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the cache or store is unavailable: "+oneLine(err.Error()))
+	}
+	var body client.ErrorBody
+	body.Error.Code, body.Error.Message = ae.Code, ae.Msg
+	writeJSON(w, ae.Status, body)
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, apiError(http.StatusBadRequest, "invalid_argument", "could not read the request body")
+	}
+	return b, nil
+}
+
+// encodeDoc writes a document's fields in the table's column order.
+func encodeDoc(s *change.Schema, d change.Doc) []byte {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	first := true
+	for _, c := range s.Columns {
+		v, ok := d[c.Name]
+		if !ok {
+			continue
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		k, _ := json.Marshal(c.Name)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func etag(body []byte) string {
+	h := fnv.New64a()
+	h.Write(body)
+	return `"` + strconv.FormatUint(h.Sum64(), 16) + `"`
+}
+
+func (h *Handler) getDoc(w http.ResponseWriter, r *http.Request) error {
+	coll := r.PathValue("collection")
+	c, err := h.svc.Collection(coll)
+	if err != nil {
+		return err
+	}
+	doc, err := h.svc.Get(r.Context(), coll, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	body := encodeDoc(c.Table.Schema, doc)
+	tag := etag(body)
+	w.Header().Set("ETag", tag)
+	if match := r.Header.Get("If-None-Match"); match != "" && match == tag {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+	return nil
+}
+
+func (h *Handler) putDoc(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	seq, err := h.svc.Put(r.Context(), r.PathValue("collection"), r.PathValue("id"), body)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.WriteResult{Seq: seq})
+	return nil
+}
+
+func (h *Handler) patchDoc(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	seq, err := h.svc.Patch(r.Context(), r.PathValue("collection"), r.PathValue("id"), body)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.WriteResult{Seq: seq})
+	return nil
+}
+
+func (h *Handler) deleteDoc(w http.ResponseWriter, r *http.Request) error {
+	seq, err := h.svc.Delete(r.Context(), r.PathValue("collection"), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.WriteResult{Seq: seq})
+	return nil
+}
+
+// MaxScanLimit caps a scan's limit.
+const MaxScanLimit = 1000
+
+func (h *Handler) scan(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	limit := 100
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxScanLimit {
+			return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("limit must be an integer from 1 to %d", MaxScanLimit))
+		}
+		limit = n
+	}
+	coll := r.PathValue("collection")
+	c, err := h.svc.Collection(coll)
+	if err != nil {
+		return err
+	}
+	ds, err := h.svc.Scan(r.Context(), coll, q.Get("from"), limit)
+	if err != nil {
+		return err
+	}
+	out := client.ScanResult{Docs: make([]json.RawMessage, len(ds))}
+	for i, d := range ds {
+		out.Docs[i] = encodeDoc(c.Table.Schema, d)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Timeout string `json:"timeout"`
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return apiError(http.StatusBadRequest, "invalid_argument", "the flush body must be {\"timeout\":\"30s\"}")
+		}
+	}
+	timeout := 60 * time.Second
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("timeout %q is not a positive duration such as 30s", req.Timeout))
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	res, err := h.app.Flush(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := h.buf.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.FlushResult{Applied: res.Applied, Pending: st.PendingChanges, DeadLetters: st.DeadLetters, Drained: res.Drained})
+	return nil
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
+	st, err := h.buf.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	out := client.Status{
+		Sidecar:                 h.opt.InstanceID,
+		Version:                 h.opt.Version,
+		Pending:                 st.PendingChanges,
+		PendingDocuments:        st.PendingDocuments,
+		PinnedBytes:             st.PinnedBytes,
+		OldestPendingAgeSeconds: st.OldestPending.Seconds(),
+		DeadLetters:             st.DeadLetters,
+		Partitions:              h.buf.Partitions(),
+		OwnedPartitions:         h.app.Owned(),
+		Sidecars:                h.app.Sidecars(),
+	}
+	if st.DeadLetters > 0 {
+		dls, err := h.buf.DeadLetters(r.Context(), 20)
+		if err != nil {
+			return err
+		}
+		for _, d := range dls {
+			out.DeadLetterList = append(out.DeadLetterList, client.DeadLetter{Collection: d.Collection, ID: d.ID, Seq: d.Seq, Error: d.Error, At: d.At, Change: d.Changes})
+		}
+	}
+	for name, c := range h.svc.Collections() {
+		out.Collections = append(out.Collections, client.CollectionStatus{Name: name, Store: c.StoreName, Table: c.Table.Name, Policy: string(c.Policy)})
+	}
+	sortCollections(out.Collections)
+	if h.opt.Warnings != nil {
+		out.Warnings = h.opt.Warnings()
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func sortCollections(cs []client.CollectionStatus) {
+	for i := 1; i < len(cs); i++ {
+		for j := i; j > 0 && cs[j].Name < cs[j-1].Name; j-- {
+			cs[j], cs[j-1] = cs[j-1], cs[j]
+		}
+	}
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	ready := true
+	out := map[string]string{"redis": "ok"}
+	if err := h.rdb.Ping(ctx).Err(); err != nil {
+		out["redis"] = oneLine(err.Error())
+		ready = false
+	}
+	for name, st := range h.opt.Stores {
+		if err := st.Ping(ctx); err != nil {
+			out["store "+name] = oneLine(err.Error())
+			h.m.StoreUp.WithLabelValues(name).Set(0)
+			ready = false
+			continue
+		}
+		out["store "+name] = "ok"
+		h.m.StoreUp.WithLabelValues(name).Set(1)
+	}
+	code := http.StatusOK
+	if !ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, out)
+}

@@ -1,0 +1,682 @@
+// Package bgt runs the appliers (the paper's background threads): it owns
+// partitions of the pending index through renewable ownership leases,
+// applies their buffered writes to the stores in batches, exactly once, and
+// trims what was applied. It also serves synchronous applies (write-through,
+// flush).
+package bgt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/fault"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+)
+
+// Collection is what an applier needs to know of a collection.
+type Collection struct {
+	Name      string
+	StoreName string
+	Store     store.Store
+	Table     *store.Table
+}
+
+// Config tunes the appliers.
+type Config struct {
+	InstanceID   string
+	Workers      int
+	BatchSize    int           // documents per store transaction
+	MaxPerDoc    int           // changes of one document per batch (default 1024)
+	OwnerLease   time.Duration // ownership lease lifetime
+	PollInterval time.Duration // how often owned partitions are checked for work
+	MaxRetries   int           // consecutive failures before a batch is split to find the culprit
+	RetryBackoff time.Duration // first backoff; doubles up to 30 s, with jitter
+	CompactEvery time.Duration // applied-records compaction period (default 1 min)
+}
+
+// Applier applies buffered writes. Create it with New, call Prepare once,
+// then Run.
+type Applier struct {
+	cfg   Config
+	buf   *buffer.Buffer
+	colls map[string]*Collection
+	m     *metrics.Metrics
+	log   *slog.Logger
+
+	work chan int
+
+	mu       sync.Mutex // guards owned, busy, failures, retryAt, live, idle
+	owned    map[int]bool
+	busy     map[int]bool
+	failures map[int]int
+	retryAt  map[int]time.Time
+	live     int
+	idle     map[store.AppliedRecord]bool // applied records idle at the last compaction round
+}
+
+// New returns an applier over the given collections.
+func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metrics.Metrics, log *slog.Logger) *Applier {
+	if cfg.MaxPerDoc <= 0 {
+		cfg.MaxPerDoc = 1024
+	}
+	if cfg.CompactEvery <= 0 {
+		cfg.CompactEvery = time.Minute
+	}
+	if cfg.MaxRetries <= 0 {
+		cfg.MaxRetries = 5
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 100 * time.Millisecond
+	}
+	return &Applier{
+		cfg: cfg, buf: buf, colls: colls, m: m, log: log,
+		work:     make(chan int, buf.Partitions()),
+		owned:    map[int]bool{},
+		busy:     map[int]bool{},
+		failures: map[int]int{},
+		retryAt:  map[int]time.Time{},
+	}
+}
+
+// stores returns each distinct store once.
+func (a *Applier) stores() map[string]store.Store {
+	out := map[string]store.Store{}
+	for _, c := range a.colls {
+		out[c.StoreName] = c.Store
+	}
+	return out
+}
+
+// Prepare raises every partition's sequence above the highest seq any store
+// recorded as applied. Without it, a Redis that lost its counters would hand
+// out sequence numbers the applied records already cover, and their changes
+// would be skipped as duplicates.
+func (a *Applier) Prepare(ctx context.Context) error {
+	max := map[int]int64{}
+	for name, st := range a.stores() {
+		m, err := st.AppliedMax(ctx)
+		if err != nil {
+			return fmt.Errorf("bgt: reading applied records of store %s: %w", name, err)
+		}
+		for p, s := range m {
+			if s > max[p] {
+				max[p] = s
+			}
+		}
+	}
+	for p, s := range max {
+		if p < 0 || p >= a.buf.Partitions() {
+			continue
+		}
+		if err := a.buf.RaiseSeq(ctx, p, s); err != nil {
+			return fmt.Errorf("bgt: raising sequence of partition %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Owned returns the partitions this applier owns, sorted.
+func (a *Applier) Owned() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]int, 0, len(a.owned))
+	for p := range a.owned {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Sidecars is the number of live sidecars sharing the partitions, as last
+// seen.
+func (a *Applier) Sidecars() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.live
+}
+
+// Run keeps ownership and applies owned partitions until ctx is done, then
+// releases every partition it owns so another sidecar takes over at once.
+func (a *Applier) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range a.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.worker(ctx)
+		}()
+	}
+	a.tickOwnership(ctx)
+	own := time.NewTicker(a.cfg.OwnerLease / 3)
+	poll := time.NewTicker(a.cfg.PollInterval)
+	compact := time.NewTicker(a.cfg.CompactEvery)
+	defer own.Stop()
+	defer poll.Stop()
+	defer compact.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-own.C:
+			a.tickOwnership(ctx)
+		case <-poll.C:
+			a.dispatch(ctx)
+		case <-compact.C:
+			if a.isOwned(0) {
+				a.compactApplied(ctx)
+			}
+		}
+	}
+	wg.Wait()
+	a.releaseAll()
+	return nil
+}
+
+func (a *Applier) isOwned(p int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owned[p]
+}
+
+// releaseAll gives every owned partition back; called on shutdown with a
+// fresh context since the run's is done.
+func (a *Applier) releaseAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, p := range a.Owned() {
+		if err := a.buf.Release(ctx, p, a.cfg.InstanceID); err != nil {
+			a.log.Warn("releasing partition", "partition", p, "err", err)
+		}
+	}
+	if err := a.buf.Leave(ctx, a.cfg.InstanceID); err != nil {
+		a.log.Warn("leaving the sidecar registry", "err", err)
+	}
+	a.mu.Lock()
+	a.owned = map[int]bool{}
+	a.mu.Unlock()
+	a.m.OwnedPartitions.Set(0)
+}
+
+// tickOwnership renews owned partitions and moves towards this sidecar's
+// fair share, ceil(α / live sidecars): it releases extras (so a newcomer
+// finds free partitions) and takes free ones (so a dead sidecar's
+// partitions are taken over once their leases expire).
+func (a *Applier) tickOwnership(ctx context.Context) {
+	live, err := a.buf.Heartbeat(ctx, a.cfg.InstanceID, a.cfg.OwnerLease)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("sidecar heartbeat", "err", err)
+		}
+		return
+	}
+	parts := a.buf.Partitions()
+	want := Share(parts, live)
+	owned := a.Owned()
+	keep := owned[:0:0]
+	for _, p := range owned {
+		ok, err := a.buf.Acquire(ctx, p, a.cfg.InstanceID, a.cfg.OwnerLease)
+		if err != nil || !ok {
+			a.setOwned(p, false)
+			if err == nil {
+				a.log.Info("lost ownership of partition", "partition", p)
+			}
+			continue
+		}
+		keep = append(keep, p)
+	}
+	for _, p := range Excess(keep, want) {
+		if err := a.buf.Release(ctx, p, a.cfg.InstanceID); err == nil {
+			a.setOwned(p, false)
+		}
+	}
+	if n := len(keep); n < want {
+		for _, p := range Candidates(parts, a.cfg.InstanceID) {
+			if n >= want || ctx.Err() != nil {
+				break
+			}
+			if a.isOwned(p) {
+				continue
+			}
+			ok, err := a.buf.Acquire(ctx, p, a.cfg.InstanceID, a.cfg.OwnerLease)
+			if err == nil && ok {
+				a.setOwned(p, true)
+				n++
+			}
+		}
+	}
+	a.mu.Lock()
+	a.live = live
+	n := len(a.owned)
+	a.mu.Unlock()
+	a.m.OwnedPartitions.Set(float64(n))
+	a.m.Sidecars.Set(float64(live))
+}
+
+func (a *Applier) setOwned(p int, on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if on {
+		a.owned[p] = true
+	} else {
+		delete(a.owned, p)
+	}
+}
+
+// dispatch hands owned partitions with pending documents to the workers,
+// one worker per partition at a time.
+func (a *Applier) dispatch(ctx context.Context) {
+	now := time.Now()
+	a.mu.Lock()
+	var parts []int
+	for p := range a.owned {
+		if !a.busy[p] && !now.Before(a.retryAt[p]) {
+			parts = append(parts, p)
+		}
+	}
+	a.mu.Unlock()
+	if len(parts) == 0 {
+		return
+	}
+	counts, err := a.buf.PendingCounts(ctx, parts)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("polling pending partitions", "err", err)
+		}
+		return
+	}
+	for i, p := range parts {
+		if counts[i] > 0 {
+			a.enqueue(p)
+		}
+	}
+}
+
+func (a *Applier) enqueue(p int) {
+	a.mu.Lock()
+	if a.busy[p] {
+		a.mu.Unlock()
+		return
+	}
+	a.busy[p] = true
+	a.mu.Unlock()
+	a.work <- p // capacity α and busy marks make this never block
+}
+
+func (a *Applier) worker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-a.work:
+			n, full, err := a.ApplyPartition(ctx, p)
+			a.mu.Lock()
+			delete(a.busy, p)
+			if err != nil {
+				a.failures[p]++
+				a.retryAt[p] = time.Now().Add(Backoff(a.cfg.RetryBackoff, a.failures[p]))
+			} else {
+				delete(a.failures, p)
+				delete(a.retryAt, p)
+			}
+			a.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				a.log.Warn("applying partition", "partition", p, "err", err)
+			}
+			if err == nil && full && n > 0 && a.isOwned(p) {
+				a.enqueue(p) // more waiting: go on without waiting for the next poll
+			}
+		}
+	}
+}
+
+// Backoff is the delay before retry number n (1-based): base doubling up to
+// 30 s, with ±25 % jitter so that sidecars do not retry in lockstep.
+func Backoff(base time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	if d > 30*time.Second {
+		d = 30 * time.Second
+	}
+	j := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
+	return d + j
+}
+
+// ApplyPartition applies one batch of partition p: it reads up to BatchSize
+// pending documents and their buffered writes, applies them in one
+// transaction per store, and trims what was applied. full reports whether
+// the batch was full (more may be waiting).
+func (a *Applier) ApplyPartition(ctx context.Context, p int) (applied int, full bool, err error) {
+	members, err := a.buf.PendingDocs(ctx, p, a.cfg.BatchSize)
+	if err != nil || len(members) == 0 {
+		return 0, false, err
+	}
+	full = len(members) == a.cfg.BatchSize
+	changes, err := a.buf.Changes(ctx, p, members, a.cfg.MaxPerDoc)
+	if err != nil {
+		return 0, false, err
+	}
+	groups := map[string][]store.Write{}
+	var done []buffer.Applied
+	for i, m := range members {
+		coll, id := buffer.SplitMember(m)
+		c := a.colls[coll]
+		if c == nil {
+			// Buffered under a collection this sidecar is not configured
+			// for: leave it to a sidecar that is.
+			continue
+		}
+		if len(changes[i]) == 0 {
+			done = append(done, buffer.Applied{Member: m}) // drained meanwhile: unindex
+			continue
+		}
+		groups[c.StoreName] = append(groups[c.StoreName], store.Write{
+			Collection: coll, Table: c.Table, ID: id, Partition: p, Changes: changes[i],
+		})
+	}
+	var firstErr error
+	for name, writes := range groups {
+		n, d, err := a.applyWrites(ctx, name, writes)
+		applied += n
+		done = append(done, d...)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	fault.Hit(fault.AfterCommit)
+	if _, err := a.buf.Trim(ctx, p, done); err != nil {
+		return applied, false, err
+	}
+	return applied, full, firstErr
+}
+
+// applyWrites applies writes to one store in one transaction. A permanent
+// error, or MaxRetries transient ones while the store still answers pings,
+// splits the batch to apply documents one by one and dead-letter the ones
+// the store rejects.
+func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []store.Write) (int, []buffer.Applied, error) {
+	st := a.colls[writes[0].Collection].Store
+	results, err := a.apply(ctx, st, writes)
+	if err == nil {
+		return a.account(writes, results)
+	}
+	a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
+	p := writes[0].Partition
+	a.mu.Lock()
+	fails := a.failures[p] + 1
+	a.mu.Unlock()
+	split := store.IsPermanent(err) || (fails >= a.cfg.MaxRetries && st.Ping(ctx) == nil)
+	if !split || len(writes) == 0 || ctx.Err() != nil {
+		return 0, nil, fmt.Errorf("store %s: %w", storeName, err)
+	}
+	var applied int
+	var done []buffer.Applied
+	var firstErr error
+	for _, w := range writes {
+		res, err := a.apply(ctx, st, []store.Write{w})
+		if err == nil {
+			n, d, _ := a.account([]store.Write{w}, res)
+			applied += n
+			done = append(done, d...)
+			continue
+		}
+		a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
+		if !store.IsPermanent(err) && !(fails >= a.cfg.MaxRetries && st.Ping(ctx) == nil) {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("store %s: %w", storeName, err)
+			}
+			continue
+		}
+		if derr := a.deadLetter(ctx, w, err); derr != nil && firstErr == nil {
+			firstErr = derr
+		}
+	}
+	return applied, done, firstErr
+}
+
+func errKind(err error) string {
+	if store.IsPermanent(err) {
+		return "permanent"
+	}
+	return "transient"
+}
+
+func (a *Applier) apply(ctx context.Context, st store.Store, writes []store.Write) ([]store.Result, error) {
+	fault.Hit(fault.BeforeCommit)
+	start := time.Now()
+	res, err := st.Apply(ctx, writes)
+	if err == nil {
+		a.m.ApplyDuration.Observe(time.Since(start).Seconds())
+		a.m.ApplyBatchSize.Observe(float64(len(writes)))
+	}
+	return res, err
+}
+
+// account turns store results into trims and metrics.
+func (a *Applier) account(writes []store.Write, results []store.Result) (int, []buffer.Applied, error) {
+	var applied int
+	done := make([]buffer.Applied, len(writes))
+	for i, w := range writes {
+		r := results[i]
+		applied += r.Applied
+		a.m.AppliedChanges.WithLabelValues(w.Collection).Add(float64(r.Applied))
+		if r.Skipped > 0 {
+			a.m.DuplicatesSkipped.Add(float64(r.Skipped))
+		}
+		if r.Missing {
+			a.log.Warn("patch found no row in the store; the row was deleted behind the cache", "collection", w.Collection, "id", w.ID)
+		}
+		done[i] = buffer.Applied{Member: buffer.Member(w.Collection, w.ID), LastSeq: w.Changes[len(w.Changes)-1].Seq}
+	}
+	return applied, done, nil
+}
+
+// deadLetter moves a rejected prefix out of the way, with the store's error.
+func (a *Applier) deadLetter(ctx context.Context, w store.Write, cause error) error {
+	entries := make([]json.RawMessage, len(w.Changes))
+	for i, c := range w.Changes {
+		entries[i] = json.RawMessage(change.Encode(c)[2:])
+	}
+	body, _ := json.Marshal(entries)
+	last := w.Changes[len(w.Changes)-1].Seq
+	dl := &buffer.DeadLetter{Collection: w.Collection, ID: w.ID, Seq: last, Error: cause.Error(), At: time.Now().UTC(), Changes: body}
+	if _, err := a.buf.Reject(ctx, w.Collection, w.ID, last, dl); err != nil {
+		return err
+	}
+	a.log.Error("dead-lettered buffered changes the store rejected", "collection", w.Collection, "id", w.ID, "seq", last, "err", cause)
+	return nil
+}
+
+// ApplyDoc applies a document's buffered writes now, up to at least seq
+// (write-through). It returns the store's error when the store rejects them
+// for good; those changes are then removed without a dead letter, since the
+// caller reports the error to its client.
+func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) error {
+	c := a.colls[coll]
+	if c == nil {
+		return fmt.Errorf("bgt: unknown collection %q", coll)
+	}
+	p := a.buf.Partition(coll, id)
+	m := buffer.Member(coll, id)
+	for {
+		changes, err := a.buf.Changes(ctx, p, []string{m}, a.cfg.MaxPerDoc)
+		if err != nil {
+			return err
+		}
+		cs := changes[0]
+		if len(cs) == 0 || cs[0].Seq > seq {
+			return nil // applied and trimmed by someone else
+		}
+		w := store.Write{Collection: coll, Table: c.Table, ID: id, Partition: p, Changes: cs}
+		res, err := a.apply(ctx, c.Store, []store.Write{w})
+		if err != nil {
+			a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
+			if store.IsPermanent(err) {
+				_, _ = a.buf.Reject(ctx, coll, id, cs[len(cs)-1].Seq, nil)
+			}
+			return err
+		}
+		_, done, _ := a.account([]store.Write{w}, res)
+		if _, err := a.buf.Trim(ctx, p, done); err != nil {
+			return err
+		}
+		if cs[len(cs)-1].Seq >= seq {
+			return nil
+		}
+	}
+}
+
+// FlushResult counts what Flush did.
+type FlushResult struct {
+	Applied int64
+	Pending int64 // changes still pending when it returned
+	Drained bool
+}
+
+// Flush applies everything pending in every partition (owned or not: the
+// applied records make a race with another sidecar's applier harmless)
+// until nothing is pending or ctx is done.
+func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
+	var res FlushResult
+	all := make([]int, a.buf.Partitions())
+	for i := range all {
+		all[i] = i
+	}
+	attempt := 0
+	for {
+		counts, err := a.buf.PendingCounts(ctx, all)
+		if err != nil {
+			return res, err
+		}
+		var todo []int
+		for p, n := range counts {
+			if n > 0 {
+				todo = append(todo, p)
+			}
+		}
+		if len(todo) == 0 {
+			res.Drained = true
+			return res, nil
+		}
+		var (
+			mu      sync.Mutex // guards lastErr and res.Applied
+			lastErr error
+			wg      sync.WaitGroup
+		)
+		next := make(chan int, len(todo))
+		for _, p := range todo {
+			next <- p
+		}
+		close(next)
+		for range min(a.cfg.Workers*2, len(todo)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for p := range next {
+					for ctx.Err() == nil {
+						n, full, err := a.ApplyPartition(ctx, p)
+						mu.Lock()
+						res.Applied += int64(n)
+						if err != nil {
+							lastErr = err
+						}
+						mu.Unlock()
+						if err != nil || !full {
+							break
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			st, _ := a.buf.Stats(context.Background())
+			res.Pending = st.PendingChanges
+			return res, nil
+		}
+		if lastErr != nil {
+			attempt++
+			select {
+			case <-ctx.Done():
+			case <-time.After(Backoff(a.cfg.RetryBackoff, attempt)):
+			}
+		}
+	}
+}
+
+// compactApplied deletes applied records of documents with nothing
+// buffered, in two rounds CompactEvery apart: a record is deleted only if it
+// was idle, with the same seq, in the previous round too.
+//
+// Why two rounds: a reader that missed took a snapshot of the buffered write
+// [.. s] and then reads (row, applied seq) from the store. If s was applied
+// and trimmed meanwhile and its record deleted before the store read, the
+// reader would see the row with s in it but applied seq 0, and apply s
+// twice. A record idle at round 1 was trimmed before round 1, so such a
+// reader took its snapshot before round 1 and would have to still be
+// running at round 2, a whole period later; reads are bounded far below it.
+//
+// Safe against writers too: the delete is conditional on the seq, so a
+// record an applier moved on is kept, and a change buffered but not yet
+// applied has a seq above the deleted record's (sequences only grow), so it
+// applies as new.
+func (a *Applier) compactApplied(ctx context.Context) {
+	a.mu.Lock()
+	prev := a.idle
+	a.mu.Unlock()
+	next := map[store.AppliedRecord]bool{}
+	for name, st := range a.stores() {
+		var afterColl, afterID string
+		for ctx.Err() == nil {
+			recs, err := st.ListApplied(ctx, afterColl, afterID, 1000)
+			if err != nil || len(recs) == 0 {
+				if err != nil && ctx.Err() == nil {
+					a.log.Warn("listing applied records", "store", name, "err", err)
+				}
+				break
+			}
+			last := recs[len(recs)-1]
+			afterColl, afterID = last.Collection, last.ID
+			members := make([]string, len(recs))
+			for i, r := range recs {
+				members[i] = buffer.Member(r.Collection, r.ID)
+			}
+			has, err := a.buf.HasBuffered(ctx, members)
+			if err != nil {
+				break
+			}
+			var del []store.AppliedRecord
+			for i, r := range recs {
+				if has[i] {
+					continue
+				}
+				if prev[r] {
+					del = append(del, r)
+				} else {
+					next[r] = true
+				}
+			}
+			if len(del) == 0 {
+				continue
+			}
+			if _, err := st.CompactApplied(ctx, del); err != nil {
+				a.log.Warn("compacting applied records", "store", name, "err", err)
+				break
+			}
+		}
+	}
+	a.mu.Lock()
+	a.idle = next
+	a.mu.Unlock()
+}

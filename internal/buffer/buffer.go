@@ -1,0 +1,528 @@
+// Package buffer owns Design 1's state in Redis: cache entries (one hash per
+// document), buffered writes (one list of changes per document), the α
+// partitions of the pending index, per-partition counters, I leases, dead
+// letters and partition ownership leases. Every state change is one Lua
+// script on one partition's hash-tagged keys. It knows nothing about the
+// store.
+package buffer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// Buffer is the Redis side of the write-back cache.
+type Buffer struct {
+	rdb    redis.UniversalClient
+	prefix string
+	parts  int
+	lease  time.Duration // I-lease lifetime
+}
+
+// New returns a Buffer over rdb whose keys start with prefix and whose
+// pending index has partitions partitions.
+func New(rdb redis.UniversalClient, prefix string, partitions int, leaseLifetime time.Duration) *Buffer {
+	return &Buffer{rdb: rdb, prefix: prefix, parts: partitions, lease: leaseLifetime}
+}
+
+// Partitions is α, the number of partitions.
+func (b *Buffer) Partitions() int { return b.parts }
+
+// Client is the Redis client the buffer uses.
+func (b *Buffer) Client() redis.UniversalClient { return b.rdb }
+
+// Partition returns the partition of a document.
+func (b *Buffer) Partition(coll, id string) int {
+	h := crc32.NewIEEE()
+	h.Write([]byte(coll))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	return int(h.Sum32() % uint32(b.parts))
+}
+
+// Member is a document's name in the pending index: "<collection>:<id>".
+// Collection names contain no ':' so the first one separates them.
+func Member(coll, id string) string { return coll + ":" + id }
+
+// SplitMember is the inverse of Member.
+func SplitMember(m string) (coll, id string) {
+	i := strings.IndexByte(m, ':')
+	if i < 0 {
+		return m, ""
+	}
+	return m[:i], m[i+1:]
+}
+
+func (b *Buffer) tag(part int) string { return b.prefix + ":{" + strconv.Itoa(part) + "}:" }
+
+func (b *Buffer) cacheKey(part int, m string) string  { return b.tag(part) + "c:" + m }
+func (b *Buffer) bwKey(part int, m string) string     { return b.tag(part) + "b:" + m }
+func (b *Buffer) ileaseKey(part int, m string) string { return b.tag(part) + "i:" + m }
+func (b *Buffer) pendingKey(part int) string          { return b.tag(part) + "pending" }
+func (b *Buffer) statsKey(part int) string            { return b.tag(part) + "stats" }
+func (b *Buffer) seqKey(part int) string              { return b.tag(part) + "seq" }
+func (b *Buffer) ownerKey(part int) string            { return b.tag(part) + "owner" }
+func (b *Buffer) deadKey(part int) string             { return b.tag(part) + "dead" }
+func (b *Buffer) sidecarsKey() string                 { return b.prefix + ":sidecars" }
+
+// NewToken returns a random I-lease token.
+func NewToken() string {
+	var t [12]byte
+	_, _ = rand.Read(t[:])
+	return hex.EncodeToString(t[:])
+}
+
+// Outcome is what a Write did.
+type Outcome int
+
+const (
+	// Buffered: the change is buffered with the returned sequence number.
+	Buffered Outcome = iota
+	// NeedBase: the document is neither cached nor pending; read it from
+	// the store and call Write again with the base and the same token.
+	NeedBase
+	// NotFound: a patch of a document that does not exist.
+	NotFound
+	// Voided: a concurrent write voided the token between the two calls;
+	// start over with a new token.
+	Voided
+)
+
+// WriteOptions qualify a Write.
+type WriteOptions struct {
+	TTL        time.Duration // lifetime of the cache entry it installs or updates
+	Invalidate bool          // delete the cache entry instead of updating it (write-around)
+	Token      string        // I-lease token; required for patches
+	// HaveBase says Base is the store's current document (nil: no row),
+	// read after a NeedBase answer.
+	HaveBase bool
+	Base     change.Doc
+}
+
+// Write buffers c for the document (coll, id) in one atomic step: it
+// appends c with the next sequence number, indexes the document as pending,
+// voids I leases, counts pinned bytes and updates (or invalidates) the cache
+// entry. schema tells integer columns (incremented in place) from others.
+func (b *Buffer) Write(ctx context.Context, coll, id string, c change.Change, s *change.Schema, o WriteOptions) (int64, Outcome, error) {
+	part := b.Partition(coll, id)
+	m := Member(coll, id)
+	keys := []string{b.cacheKey(part, m), b.bwKey(part, m), b.pendingKey(part), b.statsKey(part), b.seqKey(part), b.ileaseKey(part, m)}
+	mode := "u"
+	if o.Invalidate {
+		mode = "x"
+	}
+	args := make([]any, 0, 16)
+	args = append(args, string(c.Kind), m, change.Encode(c), ttlMillis(o.TTL), mode, o.Token, b.lease.Milliseconds())
+	switch {
+	case !o.HaveBase:
+		args = append(args, "-")
+	default:
+		args = append(args, strconv.Itoa(len(o.Base)))
+		for f, v := range o.Base {
+			args = append(args, f, []byte(v))
+		}
+	}
+	switch c.Kind {
+	case change.Put:
+		for f, v := range c.Doc {
+			args = append(args, f, []byte(v))
+		}
+	case change.Patch:
+		for f, v := range c.Set {
+			args = append(args, "S", f, []byte(v))
+		}
+		for _, f := range c.Unset {
+			args = append(args, "S", f, "null")
+		}
+		for f, n := range c.Inc {
+			if col, ok := s.Column(f); ok && col.Type == change.TypeInt {
+				args = append(args, "I", f, string(n))
+			} else {
+				// Float sums are left to the next read so that the cached
+				// value is computed exactly as the store will compute it.
+				args = append(args, "X", f, "")
+			}
+		}
+	}
+	res, err := writeScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("buffer: write: %w", err)
+	}
+	switch res[0] {
+	case 0:
+		return 0, NeedBase, nil
+	case -1:
+		return 0, NotFound, nil
+	case -2:
+		return 0, Voided, nil
+	}
+	return res[0], Buffered, nil
+}
+
+func ttlMillis(d time.Duration) int64 {
+	if d <= 0 {
+		d = time.Hour
+	}
+	return d.Milliseconds()
+}
+
+// ReadResult is what Read found.
+type ReadResult struct {
+	Hit     bool
+	Doc     change.Doc      // the cache entry, on a hit
+	Pending []change.Change // the buffered write, on a miss (oldest first)
+}
+
+// Read looks the document up. On a miss it registers token as an I lease
+// and returns the document's buffered write, both in the same atomic step,
+// so that a value computed from (store row + these changes) may be
+// installed with Fill exactly when no write came in between.
+func (b *Buffer) Read(ctx context.Context, coll, id, token string) (ReadResult, error) {
+	part := b.Partition(coll, id)
+	m := Member(coll, id)
+	keys := []string{b.cacheKey(part, m), b.bwKey(part, m), b.ileaseKey(part, m)}
+	v, err := readScript.Run(ctx, b.rdb, keys, token, b.lease.Milliseconds()).Slice()
+	if err != nil {
+		return ReadResult{}, fmt.Errorf("buffer: read: %w", err)
+	}
+	if len(v) != 2 {
+		return ReadResult{}, errors.New("buffer: read: malformed reply")
+	}
+	items, _ := v[1].([]any)
+	if hit, _ := v[0].(int64); hit == 1 {
+		doc := make(change.Doc, len(items)/2)
+		for i := 0; i+1 < len(items); i += 2 {
+			f, _ := items[i].(string)
+			val, _ := items[i+1].(string)
+			doc[f] = json.RawMessage(val)
+		}
+		return ReadResult{Hit: true, Doc: doc}, nil
+	}
+	pending, err := decodeEntries(items)
+	if err != nil {
+		return ReadResult{}, err
+	}
+	return ReadResult{Pending: pending}, nil
+}
+
+func decodeEntries(items []any) ([]change.Change, error) {
+	out := make([]change.Change, 0, len(items))
+	for _, it := range items {
+		s, _ := it.(string)
+		c, err := change.Decode(s)
+		if err != nil {
+			return nil, fmt.Errorf("buffer: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Fill installs doc as the document's cache entry if token's I lease is
+// still valid, and gives the lease back either way. A nil doc only gives
+// the lease back. It reports whether it installed the value.
+func (b *Buffer) Fill(ctx context.Context, coll, id, token string, doc change.Doc, ttl time.Duration) (bool, error) {
+	part := b.Partition(coll, id)
+	m := Member(coll, id)
+	args := make([]any, 0, 2+2*len(doc))
+	args = append(args, token, ttlMillis(ttl))
+	for f, v := range doc {
+		args = append(args, f, []byte(v))
+	}
+	n, err := fillScript.Run(ctx, b.rdb, []string{b.cacheKey(part, m), b.ileaseKey(part, m)}, args...).Int64()
+	if err != nil {
+		return false, fmt.Errorf("buffer: fill: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Evict deletes a document's cache entry (never its buffered write). Tests
+// use it to simulate eviction.
+func (b *Buffer) Evict(ctx context.Context, coll, id string) error {
+	part := b.Partition(coll, id)
+	return b.rdb.Del(ctx, b.cacheKey(part, Member(coll, id))).Err()
+}
+
+// PendingDocs returns up to limit pending documents of a partition, the
+// longest pending first.
+func (b *Buffer) PendingDocs(ctx context.Context, part, limit int) ([]string, error) {
+	ms, err := b.rdb.ZRange(ctx, b.pendingKey(part), 0, int64(limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("buffer: pending: %w", err)
+	}
+	return ms, nil
+}
+
+// Changes returns the buffered writes of members (of one partition), at most
+// max changes each, in one round trip.
+func (b *Buffer) Changes(ctx context.Context, part int, members []string, max int) ([][]change.Change, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(members))
+	for i, m := range members {
+		cmds[i] = pipe.LRange(ctx, b.bwKey(part, m), 0, int64(max-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: changes: %w", err)
+	}
+	out := make([][]change.Change, len(members))
+	for i, cmd := range cmds {
+		entries := cmd.Val()
+		cs := make([]change.Change, 0, len(entries))
+		for _, e := range entries {
+			c, err := change.Decode(e)
+			if err != nil {
+				return nil, fmt.Errorf("buffer: %s: %w", members[i], err)
+			}
+			cs = append(cs, c)
+		}
+		out[i] = cs
+	}
+	return out, nil
+}
+
+// Applied names a document and the last seq the store has applied for it.
+type Applied struct {
+	Member  string
+	LastSeq int64
+}
+
+// Trim removes, for each document of partition part, the buffered changes
+// up to and including its LastSeq (changes buffered since stay), unpins
+// emptied buffered writes and keeps the counters exact. It returns how many
+// changes it removed.
+func (b *Buffer) Trim(ctx context.Context, part int, done []Applied) (int64, error) {
+	if len(done) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, 0, 2+len(done))
+	keys = append(keys, b.pendingKey(part), b.statsKey(part))
+	args := make([]any, 0, 2*len(done))
+	for _, d := range done {
+		keys = append(keys, b.bwKey(part, d.Member))
+		args = append(args, d.Member, d.LastSeq)
+	}
+	n, err := trimScript.Run(ctx, b.rdb, keys, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("buffer: trim: %w", err)
+	}
+	return n, nil
+}
+
+// DeadLetter is a buffered prefix the store rejected for good.
+type DeadLetter struct {
+	Collection string          `json:"collection"`
+	ID         string          `json:"id"`
+	Seq        int64           `json:"seq"` // last seq of the rejected prefix
+	Error      string          `json:"error"`
+	At         time.Time       `json:"at"`
+	Changes    json.RawMessage `json:"changes"` // the rejected entries, as a JSON array of strings
+}
+
+// Reject removes a document's buffered changes up to lastSeq, drops its
+// cache entry and, when dl is not nil, records them as a dead letter.
+func (b *Buffer) Reject(ctx context.Context, coll, id string, lastSeq int64, dl *DeadLetter) (int64, error) {
+	part := b.Partition(coll, id)
+	m := Member(coll, id)
+	rec := ""
+	if dl != nil {
+		bs, err := json.Marshal(dl)
+		if err != nil {
+			return 0, err
+		}
+		rec = string(bs)
+	}
+	keys := []string{b.pendingKey(part), b.statsKey(part), b.bwKey(part, m), b.cacheKey(part, m), b.deadKey(part)}
+	n, err := deadScript.Run(ctx, b.rdb, keys, m, lastSeq, rec).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("buffer: reject: %w", err)
+	}
+	return n, nil
+}
+
+// DeadLetters returns up to limit dead letters over all partitions.
+func (b *Buffer) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, b.parts)
+	for p := range b.parts {
+		cmds[p] = pipe.LRange(ctx, b.deadKey(p), 0, int64(limit-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: dead letters: %w", err)
+	}
+	var out []DeadLetter
+	for _, c := range cmds {
+		for _, s := range c.Val() {
+			var d DeadLetter
+			if json.Unmarshal([]byte(s), &d) == nil {
+				out = append(out, d)
+			}
+			if len(out) >= limit {
+				return out, nil
+			}
+		}
+	}
+	return out, nil
+}
+
+// Stats are the exact counters of the buffer, summed over partitions.
+type Stats struct {
+	PendingChanges   int64
+	PendingDocuments int64
+	PinnedBytes      int64
+	DeadLetters      int64
+	OldestPending    time.Duration // age of the oldest pending change; 0 when none
+	PartitionPending []int64       // pending documents per partition
+}
+
+// Stats reads the per-partition counters in one round trip (no key scans).
+func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
+	pipe := b.rdb.Pipeline()
+	hs := make([]*redis.MapStringStringCmd, b.parts)
+	zs := make([]*redis.ZSliceCmd, b.parts)
+	t := pipe.Time(ctx)
+	for p := range b.parts {
+		hs[p] = pipe.HGetAll(ctx, b.statsKey(p))
+		zs[p] = pipe.ZRangeWithScores(ctx, b.pendingKey(p), 0, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Stats{}, fmt.Errorf("buffer: stats: %w", err)
+	}
+	now := t.Val()
+	st := Stats{PartitionPending: make([]int64, b.parts)}
+	oldest := int64(0)
+	for p := range b.parts {
+		h := hs[p].Val()
+		n := func(k string) int64 { v, _ := strconv.ParseInt(h[k], 10, 64); return v }
+		st.PendingChanges += n("changes")
+		st.PendingDocuments += n("docs")
+		st.PinnedBytes += n("bytes")
+		st.DeadLetters += n("dead")
+		st.PartitionPending[p] = n("docs")
+		if z := zs[p].Val(); len(z) > 0 {
+			if ms := int64(z[0].Score); oldest == 0 || ms < oldest {
+				oldest = ms
+			}
+		}
+	}
+	if oldest > 0 {
+		if age := now.Sub(time.UnixMilli(oldest)); age > 0 {
+			st.OldestPending = age
+		}
+	}
+	return st, nil
+}
+
+// PendingCounts returns the number of pending documents of each of parts.
+func (b *Buffer) PendingCounts(ctx context.Context, parts []int) ([]int64, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.ZCard(ctx, b.pendingKey(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: pending counts: %w", err)
+	}
+	out := make([]int64, len(parts))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// PendingOf returns every pending document of collection coll, over all
+// partitions (the scan path uses it to merge buffered writes into a range).
+func (b *Buffer) PendingOf(ctx context.Context, coll string) ([]string, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, b.parts)
+	for p := range b.parts {
+		cmds[p] = pipe.ZRange(ctx, b.pendingKey(p), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: pending of %s: %w", coll, err)
+	}
+	var ids []string
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			if mc, id := SplitMember(m); mc == coll {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// HasBuffered reports, for each member, whether it has a buffered write.
+func (b *Buffer) HasBuffered(ctx context.Context, members []string) ([]bool, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(members))
+	for i, m := range members {
+		coll, id := SplitMember(m)
+		cmds[i] = pipe.Exists(ctx, b.bwKey(b.Partition(coll, id), m))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: exists: %w", err)
+	}
+	out := make([]bool, len(members))
+	for i, c := range cmds {
+		out[i] = c.Val() == 1
+	}
+	return out, nil
+}
+
+// RaiseSeq makes partition part's sequence at least min.
+func (b *Buffer) RaiseSeq(ctx context.Context, part int, min int64) error {
+	return raiseSeqScript.Run(ctx, b.rdb, []string{b.seqKey(part)}, min).Err()
+}
+
+// Acquire takes or renews ownership of partition part for instance id.
+func (b *Buffer) Acquire(ctx context.Context, part int, id string, lifetime time.Duration) (bool, error) {
+	n, err := acquireScript.Run(ctx, b.rdb, []string{b.ownerKey(part)}, id, lifetime.Milliseconds()).Int64()
+	return n == 1, err
+}
+
+// Release gives up ownership of partition part if id holds it.
+func (b *Buffer) Release(ctx context.Context, part int, id string) error {
+	return releaseScript.Run(ctx, b.rdb, []string{b.ownerKey(part)}, id).Err()
+}
+
+// Heartbeat registers instance id as live for lifetime and returns how many
+// sidecars are live.
+func (b *Buffer) Heartbeat(ctx context.Context, id string, lifetime time.Duration) (int, error) {
+	n, err := heartbeatScript.Run(ctx, b.rdb, []string{b.sidecarsKey()}, id, lifetime.Milliseconds()).Int64()
+	return int(n), err
+}
+
+// Leave removes instance id from the live sidecars.
+func (b *Buffer) Leave(ctx context.Context, id string) error {
+	return b.rdb.ZRem(ctx, b.sidecarsKey(), id).Err()
+}
+
+// CheckEvictionPolicy refuses a Redis whose maxmemory-policy could evict
+// pinned keys (allkeys-*). It returns a warning when the policy cannot be
+// read (CONFIG disabled).
+func CheckEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (warning string, err error) {
+	res, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", err
+		}
+		return fmt.Sprintf("cannot read Redis maxmemory-policy (%v); make sure it is noeviction or volatile-*, or buffered writes may be evicted", err), nil
+	}
+	policy := res["maxmemory-policy"]
+	if strings.HasPrefix(policy, "allkeys-") {
+		return "", fmt.Errorf("redis maxmemory-policy is %s, which can evict buffered writes; set it to noeviction or a volatile-* policy (CONFIG SET maxmemory-policy noeviction)", policy)
+	}
+	return "", nil
+}

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// DefaultAddr is the sidecar that flush and status talk to by default.
+const DefaultAddr = "http://127.0.0.1:8480"
+
+// flushGrace is how much longer than --timeout flush waits for the answer:
+// the sidecar stops at the timeout and then still has to count and reply.
+const flushGrace = 15 * time.Second
+
+type flushOptions struct {
+	lookupEnv LookupEnv
+	addr      string
+	token     string
+	timeout   time.Duration
+	out       io.Writer
+}
+
+// NewCmdFlush builds "writeback flush".
+func NewCmdFlush(lookupEnv LookupEnv) *cobra.Command {
+	opts := &flushOptions{lookupEnv: lookupEnv}
+	cmd := &cobra.Command{
+		Use:   "flush [--addr URL] [--timeout 60s]",
+		Short: "Apply every pending write now; exit 0 when drained",
+		Long: `Ask a running sidecar to apply every pending write to the stores now and
+wait until nothing is pending or --timeout passes. Exits 0 when drained,
+1 otherwise. Use it before maintenance of a store or of Redis.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.out = cmd.OutOrStdout()
+			if err := opts.complete(cmd); err != nil {
+				return usageError(err)
+			}
+			if err := opts.validate(); err != nil {
+				return usageError(err)
+			}
+			return failed(runFlush(cmd.Context(), opts))
+		},
+	}
+	addClientFlags(cmd, &opts.addr, &opts.token)
+	cmd.Flags().DurationVar(&opts.timeout, "timeout", 60*time.Second, "how long to wait for the pending writes to drain (env WRITEBACK_TIMEOUT)")
+	return cmd
+}
+
+// addClientFlags registers the flags of commands that talk to a sidecar.
+func addClientFlags(cmd *cobra.Command, addr, token *string) {
+	cmd.Flags().StringVar(addr, "addr", DefaultAddr, "base URL of the sidecar's API (env WRITEBACK_ADDR)")
+	cmd.Flags().StringVar(token, "token", "", "bearer token of the API (env WRITEBACK_TOKEN, else WRITEBACK_AUTH_TOKEN)")
+}
+
+// completeClient fills the client flags from the environment. The token
+// falls back to WRITEBACK_AUTH_TOKEN, the sidecar's own setting, so that
+// flush and status work unchanged next to it.
+func completeClient(cmd *cobra.Command, lookupEnv LookupEnv, token *string) error {
+	if err := applyEnv(cmd.Flags(), lookupEnv); err != nil {
+		return err
+	}
+	if *token == "" {
+		if v, ok := lookupEnv("WRITEBACK_AUTH_TOKEN"); ok {
+			*token = v
+		}
+	}
+	return nil
+}
+
+func (o *flushOptions) complete(cmd *cobra.Command) error {
+	return completeClient(cmd, o.lookupEnv, &o.token)
+}
+
+func (o *flushOptions) validate() error {
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %s is not positive; use a duration such as 60s", o.timeout)
+	}
+	return nil
+}
+
+func runFlush(ctx context.Context, opts *flushOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout+flushGrace)
+	defer cancel()
+	c := client.New(opts.addr, client.WithToken(opts.token))
+	res, err := c.Flush(ctx, opts.timeout)
+	if err != nil {
+		return describe(opts.addr, "flush", err)
+	}
+	fmt.Fprintf(opts.out, "applied %d %s; %d pending, %d dead %s\n",
+		res.Applied, plural(res.Applied, "change", "changes"), res.Pending,
+		res.DeadLetters, plural(res.DeadLetters, "letter", "letters"))
+	if res.DeadLetters > 0 {
+		fmt.Fprintf(opts.out, "%d %s the stores rejected %s in the dead-letter list; see writeback status\n",
+			res.DeadLetters, plural(res.DeadLetters, "change", "changes"), plural(res.DeadLetters, "is", "are"))
+	}
+	if !res.Drained {
+		return fmt.Errorf("%d %s still pending after %s; run writeback flush again with a longer --timeout, or writeback status to see why",
+			res.Pending, plural(res.Pending, "change is", "changes are"), opts.timeout)
+	}
+	fmt.Fprintln(opts.out, "drained")
+	return nil
+}
+
+// describe turns a failed call to the sidecar into a sentence that says
+// what to do.
+func describe(addr, what string, err error) error {
+	var ce *client.Error
+	switch {
+	case errors.As(err, &ce) && ce.StatusCode == 401:
+		return fmt.Errorf("%s: the sidecar at %s refused the token (%s); pass --token or set WRITEBACK_TOKEN", what, addr, ce.Message)
+	case errors.As(err, &ce):
+		return fmt.Errorf("%s: the sidecar at %s answered %d %s: %s", what, addr, ce.StatusCode, ce.Code, ce.Message)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: the sidecar at %s did not answer in time", what, addr)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: interrupted", what)
+	default:
+		return fmt.Errorf("%s: cannot reach the sidecar at %s (%v); start writeback serve or pass --addr", what, addr, err)
+	}
+}
+
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

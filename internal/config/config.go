@@ -1,0 +1,210 @@
+// Package config owns the sidecar's configuration: the YAML file, its
+// environment and command-line overrides, the defaults, and Validate, which
+// explains every problem in one sentence naming the field and the fix.
+// It does no I/O beyond reading the file and never connects to anything.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration of one sidecar.
+type Config struct {
+	Listen      string                `yaml:"listen"`     // API, /metrics, /healthz, /readyz
+	ListenResp  string                `yaml:"listenResp"` // Redis-protocol front door; empty disables (parsed, not served yet)
+	Auth        Auth                  `yaml:"auth"`
+	Redis       Redis                 `yaml:"redis"`
+	Stores      map[string]Store      `yaml:"stores"`
+	Collections map[string]Collection `yaml:"collections"`
+	Queues      map[string]Queue      `yaml:"queues"`
+	Mappings    []map[string]any      `yaml:"mappings"` // kept raw for the mappings plugins
+	Writeback   Writeback             `yaml:"writeback"`
+	Limits      Limits                `yaml:"limits"`
+	Log         Log                   `yaml:"log"`
+}
+
+// Auth protects the /v1 API.
+type Auth struct {
+	// Token, when set, must be sent by every /v1 request as
+	// "Authorization: Bearer <token>".
+	Token string `yaml:"token"`
+}
+
+// Redis is how to reach the Redis deployment that holds the cache and the
+// buffered writes.
+type Redis struct {
+	Addrs       []string `yaml:"addrs"`       // host:port of the servers, sentinels or cluster seeds
+	Mode        string   `yaml:"mode"`        // standalone | sentinel | cluster
+	MasterName  string   `yaml:"masterName"`  // the master the sentinels monitor (sentinel mode)
+	Username    string   `yaml:"username"`    // ACL user
+	Password    string   `yaml:"password"`    // prefer WRITEBACK_REDIS_PASSWORD
+	DB          int      `yaml:"db"`          // database number (standalone and sentinel)
+	Replicas    int      `yaml:"replicas"`    // WAIT for this many replicas before acknowledging
+	KeyPrefix   string   `yaml:"keyPrefix"`   // prefix of every key the sidecar writes
+	DialTimeout Duration `yaml:"dialTimeout"` // connect timeout
+	PoolSize    int      `yaml:"poolSize"`    // connections per Redis node
+}
+
+// Redis modes.
+const (
+	ModeStandalone = "standalone"
+	ModeSentinel   = "sentinel"
+	ModeCluster    = "cluster"
+)
+
+// Store is one database behind the cache.
+type Store struct {
+	Driver   string `yaml:"driver"`   // postgres | mysql | mongodb
+	DSN      string `yaml:"dsn"`      // postgres and mysql
+	URI      string `yaml:"uri"`      // mongodb
+	Database string `yaml:"database"` // mongodb
+	MaxConns int    `yaml:"maxConns"` // connection pool size
+}
+
+// Store drivers.
+const (
+	DriverPostgres = "postgres"
+	DriverMySQL    = "mysql"
+	DriverMongoDB  = "mongodb"
+)
+
+// Collection is a set of documents: rows of one table (SQL) or documents of
+// one collection (MongoDB), cached and written under one policy.
+type Collection struct {
+	Store    string   `yaml:"store"`    // name of a configured store
+	Table    string   `yaml:"table"`    // default: the collection's name
+	Key      string   `yaml:"key"`      // the column (field) that identifies a document
+	Policy   string   `yaml:"policy"`   // write-back | write-through | write-around
+	CacheTTL Duration `yaml:"cacheTTL"` // lifetime of clean cache entries
+}
+
+// Write policies.
+const (
+	PolicyWriteBack    = "write-back"
+	PolicyWriteThrough = "write-through"
+	PolicyWriteAround  = "write-around"
+)
+
+// Queue is a family of session queues (Design 2): a commit names
+// "<family>/<key>" and its DML may touch only Tables.
+type Queue struct {
+	Store  string   `yaml:"store"`
+	Tables []string `yaml:"tables"`
+}
+
+// Writeback tunes the appliers.
+type Writeback struct {
+	Partitions        int      `yaml:"partitions"`        // pending-index partitions (α)
+	Workers           int      `yaml:"workers"`           // applier goroutines per sidecar
+	BatchSize         int      `yaml:"batchSize"`         // documents per applied batch
+	LeaseLifetime     Duration `yaml:"leaseLifetime"`     // lifetime of S/X and I/Q leases
+	OwnerLease        Duration `yaml:"ownerLease"`        // lifetime of a partition ownership lease
+	PollInterval      Duration `yaml:"pollInterval"`      // how often an idle applier looks for work
+	MaxRetries        int      `yaml:"maxRetries"`        // transient store errors before dead-lettering
+	RetryBackoff      Duration `yaml:"retryBackoff"`      // first backoff after a store error
+	PinnedMemoryLimit ByteSize `yaml:"pinnedMemoryLimit"` // above it, writes fall back to write-through
+	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random
+}
+
+// Limits bounds what a client may send.
+type Limits struct {
+	MaxBodyBytes ByteSize `yaml:"maxBodyBytes"`
+}
+
+// Log configures the process's slog logger.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// Default returns the configuration used for everything the file, the
+// environment and the flags leave unset.
+func Default() *Config {
+	return &Config{
+		Listen: "127.0.0.1:8480",
+		Redis: Redis{
+			Mode:        ModeStandalone,
+			KeyPrefix:   "wb",
+			DialTimeout: Duration{2 * time.Second},
+			PoolSize:    64,
+		},
+		Writeback: Writeback{
+			Partitions:        64,
+			Workers:           4,
+			BatchSize:         128,
+			LeaseLifetime:     Duration{500 * time.Millisecond},
+			OwnerLease:        Duration{3 * time.Second},
+			PollInterval:      Duration{20 * time.Millisecond},
+			MaxRetries:        5,
+			RetryBackoff:      Duration{100 * time.Millisecond},
+			PinnedMemoryLimit: 1 * GiB,
+		},
+		Limits: Limits{MaxBodyBytes: 1 * MiB},
+		Log:    Log{Level: "info", Format: "text"},
+	}
+}
+
+// defaultStore and defaultCollection are the defaults of one map entry; an
+// entry's UnmarshalYAML starts from them so that a value written explicitly,
+// even a zero, is kept and validated.
+func defaultStore() Store { return Store{MaxConns: 32} }
+
+func defaultCollection() Collection {
+	return Collection{Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}}
+}
+
+// UnmarshalYAML decodes a store on top of its defaults. Unknown keys were
+// rejected before, by checkNode.
+func (s *Store) UnmarshalYAML(n *yaml.Node) error {
+	type plain Store
+	v := plain(defaultStore())
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	*s = Store(v)
+	return nil
+}
+
+// UnmarshalYAML decodes a collection on top of its defaults. Unknown keys
+// were rejected before, by checkNode.
+func (c *Collection) UnmarshalYAML(n *yaml.Node) error {
+	type plain Collection
+	v := plain(defaultCollection())
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	*c = Collection(v)
+	return nil
+}
+
+// fillDerived sets the defaults that depend on other values: a collection's
+// table is its name, and a sidecar without an instance ID gets a unique one.
+func (c *Config) fillDerived() {
+	for name, coll := range c.Collections {
+		if coll.Table == "" {
+			coll.Table = name
+			c.Collections[name] = coll
+		}
+	}
+	if c.Writeback.InstanceID == "" {
+		c.Writeback.InstanceID = newInstanceID()
+	}
+}
+
+// newInstanceID returns hostname-pid-random: readable in logs and status,
+// and unique even for two sidecars started in one container.
+func newInstanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "sidecar"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

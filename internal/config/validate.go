@@ -1,0 +1,274 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// nameRE is what collection names, queue names and table names must match:
+// a portable SQL identifier that also makes a bounded metric label.
+var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Limits of the numeric settings.
+const (
+	MaxPartitions = 16384 // Redis Cluster's slot count: more partitions than slots gain nothing
+	MaxBatchSize  = 10000
+)
+
+var (
+	redisModes   = []string{ModeCluster, ModeSentinel, ModeStandalone}
+	drivers      = []string{DriverMongoDB, DriverMySQL, DriverPostgres}
+	policies     = []string{PolicyWriteAround, PolicyWriteBack, PolicyWriteThrough}
+	logLevels    = []string{"debug", "error", "info", "warn"}
+	logFormats   = []string{"json", "text"}
+	dsnExample   = map[string]string{DriverPostgres: "postgres://user@127.0.0.1:5432/db?sslmode=disable", DriverMySQL: "user@tcp(127.0.0.1:3306)/db"}
+	sqlDriverSet = map[string]bool{DriverPostgres: true, DriverMySQL: true}
+)
+
+// Validate reports every problem of the configuration, one sentence per
+// problem naming the field and the fix, joined with errors.Join in a stable
+// order (the file's section order, map entries by name). It returns nil
+// when the configuration is usable.
+func (c *Config) Validate() error {
+	var v validator
+	v.address("listen", c.Listen, false)
+	v.address("listenResp", c.ListenResp, true)
+	c.validateRedis(&v)
+	c.validateStores(&v)
+	c.validateCollections(&v)
+	c.validateQueues(&v)
+	c.validateWriteback(&v)
+	if c.Limits.MaxBodyBytes <= 0 {
+		v.addf("limits.maxBodyBytes: %d is not positive; use a size such as 1MiB", c.Limits.MaxBodyBytes)
+	}
+	v.oneOf("log.level", c.Log.Level, "log level", logLevels)
+	v.oneOf("log.format", c.Log.Format, "log format", logFormats)
+	return errors.Join(v.errs...)
+}
+
+func (c *Config) validateRedis(v *validator) {
+	r := c.Redis
+	if len(r.Addrs) == 0 {
+		v.addf("redis.addrs: no Redis address is configured; list at least one host:port such as 127.0.0.1:6379 (or pass --redis-addrs)")
+	}
+	for i, a := range r.Addrs {
+		v.address(fmt.Sprintf("redis.addrs[%d]", i), a, false)
+	}
+	v.oneOf("redis.mode", r.Mode, "Redis mode", redisModes)
+	if r.Mode == ModeSentinel && r.MasterName == "" {
+		v.addf("redis.masterName: sentinel mode needs the name of the master; set it to the name the sentinels monitor")
+	}
+	if r.Mode == ModeCluster && r.DB != 0 {
+		v.addf("redis.db: Redis Cluster has only database 0; remove db or set it to 0")
+	}
+	if r.DB < 0 {
+		v.addf("redis.db: %d is negative; use 0 or another database number", r.DB)
+	}
+	if r.Replicas < 0 {
+		v.addf("redis.replicas: %d is negative; use 0 to acknowledge without waiting for replicas, or the number of replicas to wait for", r.Replicas)
+	}
+	if strings.ContainsAny(r.KeyPrefix, "{} \t\r\n") {
+		v.addf("redis.keyPrefix: %q contains braces or spaces, which break the keys' hash tags; use letters, digits, ':' or '_' only", r.KeyPrefix)
+	}
+	v.positive("redis.dialTimeout", r.DialTimeout, "2s")
+	if r.PoolSize < 1 {
+		v.addf("redis.poolSize: %d is too small; use at least 1 (the default is 64)", r.PoolSize)
+	}
+}
+
+func (c *Config) validateStores(v *validator) {
+	for _, name := range sortedKeys(c.Stores) {
+		s := c.Stores[name]
+		p := "stores." + name
+		if !v.oneOf(p+".driver", s.Driver, "supported driver", drivers) {
+			continue
+		}
+		switch s.Driver {
+		case DriverPostgres, DriverMySQL:
+			if s.DSN == "" {
+				v.addf("%s.dsn: a %s store needs a DSN; set dsn like %q", p, s.Driver, dsnExample[s.Driver])
+			}
+		case DriverMongoDB:
+			if s.URI == "" {
+				v.addf("%s.uri: a mongodb store needs a URI; set uri like \"mongodb://127.0.0.1:27017\"", p)
+			}
+			if s.Database == "" {
+				v.addf("%s.database: a mongodb store needs the name of its database; set database", p)
+			}
+		}
+		if s.MaxConns < 1 {
+			v.addf("%s.maxConns: %d is too small; use at least 1 (the default is 32)", p, s.MaxConns)
+		}
+	}
+}
+
+func (c *Config) validateCollections(v *validator) {
+	stores := sortedKeys(c.Stores)
+	for _, name := range sortedKeys(c.Collections) {
+		coll := c.Collections[name]
+		p := "collections." + name
+		if !nameRE.MatchString(name) {
+			v.addf("collections.%q: the name must start with a letter or '_' and hold only letters, digits and '_' (at most 63 characters); rename it", name)
+		}
+		v.storeRef(p+".store", coll.Store, stores)
+		if coll.Table != "" && !nameRE.MatchString(coll.Table) {
+			v.addf("%s.table: %q is not a valid table name; use letters, digits and '_', starting with a letter or '_' (at most 63 characters)", p, coll.Table)
+		}
+		if strings.TrimSpace(coll.Key) == "" {
+			v.addf("%s.key: the collection has no key; set key to the column (or field) that identifies a document", p)
+		}
+		v.oneOf(p+".policy", coll.Policy, "write policy", policies)
+		v.positive(p+".cacheTTL", coll.CacheTTL, "1h")
+	}
+}
+
+func (c *Config) validateQueues(v *validator) {
+	var sqlStores []string
+	for _, name := range sortedKeys(c.Stores) {
+		if sqlDriverSet[c.Stores[name].Driver] {
+			sqlStores = append(sqlStores, name)
+		}
+	}
+	for _, name := range sortedKeys(c.Queues) {
+		q := c.Queues[name]
+		p := "queues." + name
+		if !nameRE.MatchString(name) {
+			v.addf("queues.%q: the name must start with a letter or '_' and hold only letters, digits and '_' (at most 63 characters); rename it", name)
+		}
+		// A store with an unknown driver was reported under stores already.
+		if v.storeRef(p+".store", q.Store, sortedKeys(c.Stores)) && c.Stores[q.Store].Driver == DriverMongoDB {
+			v.addf("%s.store: %q is a %s store, and queues need a SQL store; use %s", p, q.Store, c.Stores[q.Store].Driver, choices(sqlStores, "a postgres or mysql store"))
+		}
+		if len(q.Tables) == 0 {
+			v.addf("%s.tables: the queue lists no table; list the tables its sessions may change", p)
+		}
+		for i, t := range q.Tables {
+			if !nameRE.MatchString(t) {
+				v.addf("%s.tables[%d]: %q is not a valid table name; use letters, digits and '_', starting with a letter or '_'", p, i, t)
+			}
+		}
+	}
+}
+
+func (c *Config) validateWriteback(v *validator) {
+	w := c.Writeback
+	if w.Partitions < 1 || w.Partitions > MaxPartitions {
+		v.addf("writeback.partitions: %d is out of range; use a number from 1 to %d (the default is 64)", w.Partitions, MaxPartitions)
+	}
+	if w.Workers < 1 {
+		v.addf("writeback.workers: %d is too small; use at least 1 (the default is 4)", w.Workers)
+	}
+	if w.BatchSize < 1 || w.BatchSize > MaxBatchSize {
+		v.addf("writeback.batchSize: %d is out of range; use a number from 1 to %d (the default is 128)", w.BatchSize, MaxBatchSize)
+	}
+	v.positive("writeback.leaseLifetime", w.LeaseLifetime, "500ms")
+	v.positive("writeback.ownerLease", w.OwnerLease, "3s")
+	v.positive("writeback.pollInterval", w.PollInterval, "20ms")
+	v.positive("writeback.retryBackoff", w.RetryBackoff, "100ms")
+	if w.PollInterval.Duration > 0 && w.OwnerLease.Duration > 0 && w.OwnerLease.Duration < 3*w.PollInterval.Duration {
+		v.addf("writeback.ownerLease: %s is shorter than 3 × writeback.pollInterval (%s), so a live sidecar could lose its partitions; raise ownerLease or lower pollInterval",
+			w.OwnerLease, 3*w.PollInterval.Duration)
+	}
+	if w.MaxRetries < 0 {
+		v.addf("writeback.maxRetries: %d is negative; use 0 to dead-letter at the first store error, or the number of retries", w.MaxRetries)
+	}
+	if w.PinnedMemoryLimit <= 0 {
+		v.addf("writeback.pinnedMemoryLimit: %d is not positive; use a size such as 1GiB", w.PinnedMemoryLimit)
+	}
+	if strings.ContainsAny(w.InstanceID, "{} \t\r\n") {
+		v.addf("writeback.instanceID: %q contains braces or spaces; use letters, digits, '-', '.' or '_'", w.InstanceID)
+	}
+}
+
+// validator collects problems.
+type validator struct{ errs []error }
+
+func (v *validator) addf(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
+
+// address checks that s is host:port with a numeric port; empty is allowed
+// when optional (the listener is disabled).
+func (v *validator) address(field, s string, optional bool) {
+	if s == "" {
+		if !optional {
+			v.addf("%s: the address is empty; set it to a host:port such as 127.0.0.1:8480", field)
+		}
+		return
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err == nil {
+		var n int
+		n, err = strconv.Atoi(port)
+		if err == nil && (n < 0 || n > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err != nil {
+		v.addf("%s: %q is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480", field, s)
+	}
+}
+
+// oneOf checks that s is one of the sorted choices.
+func (v *validator) oneOf(field, s, what string, choices []string) bool {
+	for _, c := range choices {
+		if s == c {
+			return true
+		}
+	}
+	if s == "" {
+		v.addf("%s: no %s is set; use one of: %s", field, what, strings.Join(choices, ", "))
+	} else {
+		v.addf("%s: %q is not a %s; use one of: %s", field, s, what, strings.Join(choices, ", "))
+	}
+	return false
+}
+
+// positive checks that d is greater than zero.
+func (v *validator) positive(field string, d Duration, example string) {
+	if d.Duration <= 0 {
+		v.addf("%s: %s is not positive; use a duration such as %s", field, d, example)
+	}
+}
+
+// storeRef checks that name is one of the configured stores.
+func (v *validator) storeRef(field, name string, stores []string) bool {
+	for _, s := range stores {
+		if name == s {
+			return true
+		}
+	}
+	switch {
+	case name == "" && len(stores) == 0:
+		v.addf("%s: no store is named and none is configured; add one under stores and name it here", field)
+	case name == "":
+		v.addf("%s: no store is named; set it to one of: %s", field, strings.Join(stores, ", "))
+	case len(stores) == 0:
+		v.addf("%s: %q is not a configured store; add it under stores", field, name)
+	default:
+		v.addf("%s: %q is not a configured store; add it under stores or use one of: %s", field, name, strings.Join(stores, ", "))
+	}
+	return false
+}
+
+// choices lists names for a message, or says what is missing.
+func choices(names []string, none string) string {
+	if len(names) == 0 {
+		return none
+	}
+	return "one of: " + strings.Join(names, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

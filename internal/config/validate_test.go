@@ -1,0 +1,228 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// valid returns a configuration that passes Validate, for the tests to break
+// one field at a time.
+func valid() *Config {
+	c := Default()
+	c.Redis.Addrs = []string{"127.0.0.1:6379"}
+	c.Stores = map[string]Store{
+		"pg":    {Driver: DriverPostgres, DSN: "postgres://postgres@127.0.0.1:5432/writeback", MaxConns: 32},
+		"maria": {Driver: DriverMySQL, DSN: "root@tcp(127.0.0.1:3306)/writeback", MaxConns: 32},
+		"mongo": {Driver: DriverMongoDB, URI: "mongodb://127.0.0.1:27017", Database: "test", MaxConns: 32},
+	}
+	c.Collections = map[string]Collection{
+		"usertable": {Store: "pg", Table: "usertable", Key: "ycsb_key", Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}},
+	}
+	c.Queues = map[string]Queue{"bank": {Store: "pg", Tables: []string{"account"}}}
+	c.Writeback.InstanceID = "sidecar-1"
+	return c
+}
+
+func TestValidateOK(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+	}{
+		{"as built", func(c *Config) {}},
+		{"no listenResp", func(c *Config) { c.ListenResp = "" }},
+		{"IPv6 and port 0", func(c *Config) { c.Listen = "[::1]:0"; c.ListenResp = ":6380" }},
+		{"sentinel with a master", func(c *Config) { c.Redis.Mode = ModeSentinel; c.Redis.MasterName = "m" }},
+		{"cluster", func(c *Config) { c.Redis.Mode = ModeCluster }},
+		{"bounds", func(c *Config) {
+			c.Writeback.Partitions, c.Writeback.BatchSize, c.Writeback.MaxRetries = 16384, 10000, 0
+		}},
+		{"ownerLease exactly 3 polls", func(c *Config) {
+			c.Writeback.PollInterval, c.Writeback.OwnerLease = Duration{time.Second}, Duration{3 * time.Second}
+		}},
+		{"63-character names", func(c *Config) {
+			n := "_" + strings.Repeat("a", 62)
+			c.Collections[n] = Collection{Store: "maria", Table: n, Key: "id", Policy: PolicyWriteAround, CacheTTL: Duration{time.Second}}
+		}},
+		{"no collections at all", func(c *Config) { c.Collections, c.Queues, c.Stores = nil, nil, nil }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(c)
+			assert.NoError(t, c.Validate())
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(c *Config)
+		wantErr string
+	}{
+		{"listen empty", func(c *Config) { c.Listen = "" },
+			"listen: the address is empty; set it to a host:port such as 127.0.0.1:8480"},
+		{"listen without port", func(c *Config) { c.Listen = "localhost" },
+			`listen: "localhost" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"listen named port", func(c *Config) { c.Listen = "localhost:http" },
+			`listen: "localhost:http" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"listen port too big", func(c *Config) { c.Listen = "localhost:65536" },
+			`listen: "localhost:65536" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"listenResp", func(c *Config) { c.ListenResp = "6380" },
+			`listenResp: "6380" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"redis addrs empty", func(c *Config) { c.Redis.Addrs = nil },
+			"redis.addrs: no Redis address is configured; list at least one host:port such as 127.0.0.1:6379 (or pass --redis-addrs)"},
+		{"redis addr", func(c *Config) { c.Redis.Addrs = []string{"127.0.0.1:6379", "redis"} },
+			`redis.addrs[1]: "redis" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"redis mode", func(c *Config) { c.Redis.Mode = "replicated" },
+			`redis.mode: "replicated" is not a Redis mode; use one of: cluster, sentinel, standalone`},
+		{"redis mode empty", func(c *Config) { c.Redis.Mode = "" },
+			`redis.mode: no Redis mode is set; use one of: cluster, sentinel, standalone`},
+		{"sentinel without master", func(c *Config) { c.Redis.Mode = ModeSentinel },
+			"redis.masterName: sentinel mode needs the name of the master; set it to the name the sentinels monitor"},
+		{"cluster with a db", func(c *Config) { c.Redis.Mode = ModeCluster; c.Redis.DB = 1 },
+			"redis.db: Redis Cluster has only database 0; remove db or set it to 0"},
+		{"negative db", func(c *Config) { c.Redis.DB = -1 },
+			"redis.db: -1 is negative; use 0 or another database number"},
+		{"negative replicas", func(c *Config) { c.Redis.Replicas = -1 },
+			"redis.replicas: -1 is negative; use 0 to acknowledge without waiting for replicas, or the number of replicas to wait for"},
+		{"key prefix with a hash tag", func(c *Config) { c.Redis.KeyPrefix = "{wb}" },
+			`redis.keyPrefix: "{wb}" contains braces or spaces, which break the keys' hash tags; use letters, digits, ':' or '_' only`},
+		{"dial timeout", func(c *Config) { c.Redis.DialTimeout = Duration{} },
+			"redis.dialTimeout: 0s is not positive; use a duration such as 2s"},
+		{"pool size", func(c *Config) { c.Redis.PoolSize = 0 },
+			"redis.poolSize: 0 is too small; use at least 1 (the default is 64)"},
+		{"store driver", func(c *Config) { c.Stores["pg"] = Store{Driver: "pgx", DSN: "x", MaxConns: 1} },
+			`stores.pg.driver: "pgx" is not a supported driver; use one of: mongodb, mysql, postgres`},
+		{"store driver empty", func(c *Config) { c.Stores["pg"] = Store{DSN: "x", MaxConns: 1} },
+			`stores.pg.driver: no supported driver is set; use one of: mongodb, mysql, postgres`},
+		{"postgres dsn", func(c *Config) { c.Stores["pg"] = Store{Driver: DriverPostgres, MaxConns: 1} },
+			`stores.pg.dsn: a postgres store needs a DSN; set dsn like "postgres://user@127.0.0.1:5432/db?sslmode=disable"`},
+		{"mysql dsn", func(c *Config) { c.Stores["maria"] = Store{Driver: DriverMySQL, MaxConns: 1} },
+			`stores.maria.dsn: a mysql store needs a DSN; set dsn like "user@tcp(127.0.0.1:3306)/db"`},
+		{"mongodb uri", func(c *Config) { c.Stores["mongo"] = Store{Driver: DriverMongoDB, Database: "d", MaxConns: 1} },
+			`stores.mongo.uri: a mongodb store needs a URI; set uri like "mongodb://127.0.0.1:27017"`},
+		{"mongodb database", func(c *Config) { c.Stores["mongo"] = Store{Driver: DriverMongoDB, URI: "mongodb://x", MaxConns: 1} },
+			"stores.mongo.database: a mongodb store needs the name of its database; set database"},
+		{"max conns", func(c *Config) { s := c.Stores["pg"]; s.MaxConns = 0; c.Stores["pg"] = s },
+			"stores.pg.maxConns: 0 is too small; use at least 1 (the default is 32)"},
+		{"collection name", func(c *Config) {
+			c.Collections["user-table"] = Collection{Store: "pg", Table: "t", Key: "k", Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}}
+		}, `collections."user-table": the name must start with a letter or '_' and hold only letters, digits and '_' (at most 63 characters); rename it`},
+		{"collection name too long", func(c *Config) {
+			c.Collections["a"+strings.Repeat("b", 63)] = Collection{Store: "pg", Table: "t", Key: "k", Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}}
+		}, `collections."a` + strings.Repeat("b", 63) + `": the name must start with a letter or '_' and hold only letters, digits and '_' (at most 63 characters); rename it`},
+		{"collection store unknown", func(c *Config) { u := c.Collections["usertable"]; u.Store = "pgx"; c.Collections["usertable"] = u },
+			`collections.usertable.store: "pgx" is not a configured store; add it under stores or use one of: maria, mongo, pg`},
+		{"collection store empty", func(c *Config) { u := c.Collections["usertable"]; u.Store = ""; c.Collections["usertable"] = u },
+			`collections.usertable.store: no store is named; set it to one of: maria, mongo, pg`},
+		{"collection store with no stores", func(c *Config) { c.Stores, c.Queues = nil, nil },
+			`collections.usertable.store: "pg" is not a configured store; add it under stores`},
+		{"collection table", func(c *Config) {
+			u := c.Collections["usertable"]
+			u.Table = "public.users"
+			c.Collections["usertable"] = u
+		},
+			`collections.usertable.table: "public.users" is not a valid table name; use letters, digits and '_', starting with a letter or '_' (at most 63 characters)`},
+		{"collection key", func(c *Config) { u := c.Collections["usertable"]; u.Key = ""; c.Collections["usertable"] = u },
+			"collections.usertable.key: the collection has no key; set key to the column (or field) that identifies a document"},
+		{"collection policy", func(c *Config) {
+			u := c.Collections["usertable"]
+			u.Policy = "writeback"
+			c.Collections["usertable"] = u
+		},
+			`collections.usertable.policy: "writeback" is not a write policy; use one of: write-around, write-back, write-through`},
+		{"collection cacheTTL", func(c *Config) {
+			u := c.Collections["usertable"]
+			u.CacheTTL = Duration{-time.Second}
+			c.Collections["usertable"] = u
+		},
+			"collections.usertable.cacheTTL: -1s is not positive; use a duration such as 1h"},
+		{"queue store unknown", func(c *Config) { c.Queues["bank"] = Queue{Store: "oracle", Tables: []string{"account"}} },
+			`queues.bank.store: "oracle" is not a configured store; add it under stores or use one of: maria, mongo, pg`},
+		{"queue store not SQL", func(c *Config) { c.Queues["bank"] = Queue{Store: "mongo", Tables: []string{"account"}} },
+			`queues.bank.store: "mongo" is a mongodb store, and queues need a SQL store; use one of: maria, pg`},
+		{"queue tables empty", func(c *Config) { c.Queues["bank"] = Queue{Store: "pg"} },
+			"queues.bank.tables: the queue lists no table; list the tables its sessions may change"},
+		{"queue table name", func(c *Config) { c.Queues["bank"] = Queue{Store: "pg", Tables: []string{"account", "drop table"}} },
+			`queues.bank.tables[1]: "drop table" is not a valid table name; use letters, digits and '_', starting with a letter or '_'`},
+		{"queue name", func(c *Config) { c.Queues["9bank"] = Queue{Store: "pg", Tables: []string{"a"}} },
+			`queues."9bank": the name must start with a letter or '_' and hold only letters, digits and '_' (at most 63 characters); rename it`},
+		{"partitions zero", func(c *Config) { c.Writeback.Partitions = 0 },
+			"writeback.partitions: 0 is out of range; use a number from 1 to 16384 (the default is 64)"},
+		{"partitions too many", func(c *Config) { c.Writeback.Partitions = 16385 },
+			"writeback.partitions: 16385 is out of range; use a number from 1 to 16384 (the default is 64)"},
+		{"workers", func(c *Config) { c.Writeback.Workers = 0 },
+			"writeback.workers: 0 is too small; use at least 1 (the default is 4)"},
+		{"batch size zero", func(c *Config) { c.Writeback.BatchSize = 0 },
+			"writeback.batchSize: 0 is out of range; use a number from 1 to 10000 (the default is 128)"},
+		{"batch size too big", func(c *Config) { c.Writeback.BatchSize = 10001 },
+			"writeback.batchSize: 10001 is out of range; use a number from 1 to 10000 (the default is 128)"},
+		{"lease lifetime", func(c *Config) { c.Writeback.LeaseLifetime = Duration{} },
+			"writeback.leaseLifetime: 0s is not positive; use a duration such as 500ms"},
+		{"owner lease", func(c *Config) { c.Writeback.OwnerLease = Duration{-time.Second} },
+			"writeback.ownerLease: -1s is not positive; use a duration such as 3s"},
+		{"poll interval", func(c *Config) { c.Writeback.PollInterval = Duration{} },
+			"writeback.pollInterval: 0s is not positive; use a duration such as 20ms"},
+		{"retry backoff", func(c *Config) { c.Writeback.RetryBackoff = Duration{} },
+			"writeback.retryBackoff: 0s is not positive; use a duration such as 100ms"},
+		{"owner lease under 3 polls", func(c *Config) {
+			c.Writeback.PollInterval, c.Writeback.OwnerLease = Duration{time.Second}, Duration{2 * time.Second}
+		}, "writeback.ownerLease: 2s is shorter than 3 × writeback.pollInterval (3s), so a live sidecar could lose its partitions; raise ownerLease or lower pollInterval"},
+		{"max retries", func(c *Config) { c.Writeback.MaxRetries = -1 },
+			"writeback.maxRetries: -1 is negative; use 0 to dead-letter at the first store error, or the number of retries"},
+		{"pinned memory limit", func(c *Config) { c.Writeback.PinnedMemoryLimit = 0 },
+			"writeback.pinnedMemoryLimit: 0 is not positive; use a size such as 1GiB"},
+		{"instance id", func(c *Config) { c.Writeback.InstanceID = "a b" },
+			`writeback.instanceID: "a b" contains braces or spaces; use letters, digits, '-', '.' or '_'`},
+		{"max body bytes", func(c *Config) { c.Limits.MaxBodyBytes = 0 },
+			"limits.maxBodyBytes: 0 is not positive; use a size such as 1MiB"},
+		{"log level", func(c *Config) { c.Log.Level = "verbose" },
+			`log.level: "verbose" is not a log level; use one of: debug, error, info, warn`},
+		{"log format", func(c *Config) { c.Log.Format = "logfmt" },
+			`log.format: "logfmt" is not a log format; use one of: json, text`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(c)
+			require.EqualError(t, c.Validate(), tc.wantErr)
+		})
+	}
+}
+
+// TestValidateReportsAll checks that every problem is reported, one
+// sentence per line, in a stable order.
+func TestValidateReportsAll(t *testing.T) {
+	c := valid()
+	c.Listen = "nowhere"
+	c.Redis.Addrs = nil
+	c.Writeback.Workers = 0
+	u := c.Collections["usertable"]
+	u.Store, u.Key = "pgx", ""
+	c.Collections["usertable"] = u
+
+	want := []string{
+		`listen: "nowhere" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`,
+		"redis.addrs: no Redis address is configured; list at least one host:port such as 127.0.0.1:6379 (or pass --redis-addrs)",
+		`collections.usertable.store: "pgx" is not a configured store; add it under stores or use one of: maria, mongo, pg`,
+		"collections.usertable.key: the collection has no key; set key to the column (or field) that identifies a document",
+		"writeback.workers: 0 is too small; use at least 1 (the default is 4)",
+	}
+	for i := 0; i < 3; i++ { // map order must not matter
+		err := c.Validate()
+		require.Error(t, err)
+		assert.Equal(t, want, strings.Split(err.Error(), "\n"))
+	}
+}
+
+func TestValidateFromFile(t *testing.T) {
+	c, err := Load("testdata/bad_store_ref.yaml", nil, nil)
+	require.NoError(t, err)
+	assert.EqualError(t, c.Validate(),
+		`collections.usertable.store: "pgx" is not a configured store; add it under stores or use one of: maria, pg`)
+}

@@ -1,0 +1,212 @@
+// Package metrics owns the sidecar's Prometheus collectors, all under the
+// namespace "writeback". It registers them on the Registerer it is given
+// (never the global default registry) and does nothing else: the packages
+// that do the work update the exported fields. Label values must stay
+// bounded: collections, stores, operations, codes and kinds — never a key or
+// a document id.
+package metrics
+
+import (
+	"runtime"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "writeback"
+
+// Label values of ApplyErrors' kind.
+const (
+	ErrorTransient = "transient" // retried with backoff
+	ErrorPermanent = "permanent" // the change went to the dead-letter list
+)
+
+// Metrics is every collector of one sidecar.
+type Metrics struct {
+	// HTTP API.
+	Requests        *prometheus.CounterVec   // requests_total{op,code}
+	RequestDuration *prometheus.HistogramVec // request_duration_seconds{op}
+
+	// Cache and buffer, per collection.
+	CacheHits       *prometheus.CounterVec // cache_hits_total{collection}
+	CacheMisses     *prometheus.CounterVec // cache_misses_total{collection}
+	BufferedChanges *prometheus.CounterVec // buffered_changes_total{collection}
+	AppliedChanges  *prometheus.CounterVec // applied_changes_total{collection}
+
+	// The buffer as a whole.
+	PendingChanges   prometheus.Gauge // pending_changes
+	PendingDocuments prometheus.Gauge // pending_documents
+	PinnedBytes      prometheus.Gauge // pinned_bytes
+	OldestPendingAge prometheus.Gauge // oldest_pending_age_seconds
+	DeadLetters      prometheus.Gauge // dead_letters
+
+	// Appliers.
+	OwnedPartitions   prometheus.Gauge       // owned_partitions
+	Sidecars          prometheus.Gauge       // sidecars
+	ApplyBatchSize    prometheus.Histogram   // apply_batch_size
+	ApplyDuration     prometheus.Histogram   // apply_duration_seconds
+	ApplyErrors       *prometheus.CounterVec // apply_errors_total{kind}
+	DuplicatesSkipped prometheus.Counter     // duplicates_skipped_total
+	LeaseConflicts    *prometheus.CounterVec // lease_conflicts_total{kind}
+	StoreUp           *prometheus.GaugeVec   // store_up{store}
+
+	// Overload.
+	WriteThroughFallback *prometheus.GaugeVec // write_through_fallback{collection}
+
+	// BuildInfo is 1, labelled with the running build; see SetBuildInfo.
+	BuildInfo *prometheus.GaugeVec // build_info{version,commit,goversion}
+}
+
+// RequestBuckets are the request latency buckets: 50µs to 5s, about 2.5×
+// apart, so that both a cache hit and a write that waits for replicas and a
+// store fallback land in a meaningful bucket.
+var RequestBuckets = []float64{
+	.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5,
+}
+
+// ApplyBuckets are the apply latency buckets: one store round trip of a
+// batch, 500µs to 30s.
+var ApplyBuckets = []float64{
+	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30,
+}
+
+// New creates the collectors and registers them on reg; it panics if one is
+// already registered there (a programming error, caught at start). A nil reg
+// creates them unregistered. BuildInfo starts out describing the running
+// binary as runtime/debug.ReadBuildInfo sees it.
+func New(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		Requests: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "requests_total",
+			Help: "HTTP API requests answered, by operation and status code.",
+		}, []string{"op", "code"}),
+		RequestDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "request_duration_seconds",
+			Help:    "Time from receiving an HTTP API request to writing its response, by operation.",
+			Buckets: RequestBuckets,
+		}, []string{"op"}),
+
+		CacheHits: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "cache_hits_total",
+			Help: "Document reads answered from the cache, by collection.",
+		}, []string{"collection"}),
+		CacheMisses: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "cache_misses_total",
+			Help: "Document reads that had to query the store, by collection.",
+		}, []string{"collection"}),
+		BufferedChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "buffered_changes_total",
+			Help: "Changes acknowledged after being buffered (pinned) in Redis, by collection.",
+		}, []string{"collection"}),
+		AppliedChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "applied_changes_total",
+			Help: "Buffered changes committed to the store by the appliers, by collection.",
+		}, []string{"collection"}),
+
+		PendingChanges: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "pending_changes",
+			Help: "Buffered changes not yet applied to the store, over all sidecars.",
+		}),
+		PendingDocuments: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "pending_documents",
+			Help: "Documents with at least one buffered change not yet applied, over all sidecars.",
+		}),
+		PinnedBytes: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "pinned_bytes",
+			Help: "Bytes of buffered writes pinned in Redis (never evicted until applied).",
+		}),
+		OldestPendingAge: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "oldest_pending_age_seconds",
+			Help: "Age of the oldest change still waiting to be applied; 0 when nothing is pending.",
+		}),
+		DeadLetters: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "dead_letters",
+			Help: "Changes the store rejected permanently, waiting in the dead-letter list to be replayed or dropped.",
+		}),
+
+		OwnedPartitions: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "owned_partitions",
+			Help: "Partitions of the pending index whose ownership lease this sidecar holds.",
+		}),
+		Sidecars: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "sidecars",
+			Help: "Live sidecars sharing the partitions, as this sidecar last saw them.",
+		}),
+		ApplyBatchSize: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "apply_batch_size",
+			Help:    "Documents applied to the store in one round trip.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13), // 1 .. 4096
+		}),
+		ApplyDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "apply_duration_seconds",
+			Help:    "Time to apply one batch to the store, including its commit.",
+			Buckets: ApplyBuckets,
+		}),
+		ApplyErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "apply_errors_total",
+			Help: "Store errors while applying, by kind: transient (retried) or permanent (dead-lettered).",
+		}, []string{"kind"}),
+		DuplicatesSkipped: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "duplicates_skipped_total",
+			Help: "Changes skipped because the store's applied records show an earlier attempt applied them.",
+		}),
+		LeaseConflicts: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "lease_conflicts_total",
+			Help: "Lease requests refused or voided by a conflicting lease, by kind of conflict.",
+		}, []string{"kind"}),
+		StoreUp: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "store_up",
+			Help: "1 when the store answered its last check, 0 when it did not.",
+		}, []string{"store"}),
+
+		WriteThroughFallback: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "write_through_fallback",
+			Help: "1 while a collection's writes fall back to write-through because pinned memory is over its limit, else 0.",
+		}, []string{"collection"}),
+
+		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "build_info",
+			Help: "Always 1; the labels describe the running build.",
+		}, []string{"version", "commit", "goversion"}),
+	}
+	// Both kinds exist from the start, so a rate over them is 0, not absent.
+	m.ApplyErrors.WithLabelValues(ErrorTransient)
+	m.ApplyErrors.WithLabelValues(ErrorPermanent)
+
+	version, commit := "dev", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			version = v
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				commit = s.Value
+			}
+		}
+	}
+	m.SetBuildInfo(version, commit)
+	return m
+}
+
+// SetBuildInfo replaces the labels of build_info. Whoever creates the
+// Metrics and knows the version and commit set at link time (internal/cli's
+// Version and Commit) calls it; New's guess from the build info stands
+// otherwise.
+func (m *Metrics) SetBuildInfo(version, commit string) {
+	m.BuildInfo.Reset()
+	m.BuildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
+}
+
+// InitCollection creates the per-collection series with value 0, so that
+// dashboards and rates see every configured collection before its first
+// request.
+func (m *Metrics) InitCollection(name string) {
+	m.CacheHits.WithLabelValues(name)
+	m.CacheMisses.WithLabelValues(name)
+	m.BufferedChanges.WithLabelValues(name)
+	m.AppliedChanges.WithLabelValues(name)
+	m.WriteThroughFallback.WithLabelValues(name).Set(0)
+}

@@ -1,0 +1,182 @@
+package metrics
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// allNames is every metric New registers, without the namespace.
+var allNames = []string{
+	"requests_total", "request_duration_seconds",
+	"cache_hits_total", "cache_misses_total", "buffered_changes_total", "applied_changes_total",
+	"pending_changes", "pending_documents", "pinned_bytes", "oldest_pending_age_seconds", "dead_letters",
+	"owned_partitions", "sidecars", "apply_batch_size", "apply_duration_seconds", "apply_errors_total",
+	"duplicates_skipped_total", "lease_conflicts_total", "store_up", "write_through_fallback", "build_info",
+}
+
+// touch gives every vector one series so that Gather reports it.
+func touch(m *Metrics) {
+	m.Requests.WithLabelValues("get", "200").Inc()
+	m.RequestDuration.WithLabelValues("get").Observe(0.001)
+	m.InitCollection("usertable")
+	m.LeaseConflicts.WithLabelValues("x_on_x").Inc()
+	m.StoreUp.WithLabelValues("pg").Set(1)
+}
+
+func TestNewRegistersEverything(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	touch(m)
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var got []string
+	for _, mf := range mfs {
+		got = append(got, strings.TrimPrefix(mf.GetName(), Namespace+"_"))
+		assert.NotEmpty(t, mf.GetHelp(), "%s has no help", mf.GetName())
+	}
+	assert.ElementsMatch(t, allNames, got)
+}
+
+func TestLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	touch(New(reg))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
+
+func TestNewDoesNotTouchTheDefaultRegistry(t *testing.T) {
+	before, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	touch(New(prometheus.NewRegistry()))
+	touch(New(nil))
+	after, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	assert.Equal(t, len(before), len(after))
+}
+
+func TestNewTwiceOnOneRegistryPanics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	New(reg)
+	assert.Panics(t, func() { New(reg) })
+}
+
+func TestCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.Requests.WithLabelValues("put", "200").Add(3)
+	m.Requests.WithLabelValues("get", "404").Inc()
+	m.ApplyErrors.WithLabelValues(ErrorTransient).Add(2)
+	m.DuplicatesSkipped.Inc()
+	m.InitCollection("usertable")
+	m.WriteThroughFallback.WithLabelValues("usertable").Set(1)
+
+	const want = `
+# HELP writeback_requests_total HTTP API requests answered, by operation and status code.
+# TYPE writeback_requests_total counter
+writeback_requests_total{code="200",op="put"} 3
+writeback_requests_total{code="404",op="get"} 1
+# HELP writeback_apply_errors_total Store errors while applying, by kind: transient (retried) or permanent (dead-lettered).
+# TYPE writeback_apply_errors_total counter
+writeback_apply_errors_total{kind="permanent"} 0
+writeback_apply_errors_total{kind="transient"} 2
+# HELP writeback_duplicates_skipped_total Changes skipped because the store's applied records show an earlier attempt applied them.
+# TYPE writeback_duplicates_skipped_total counter
+writeback_duplicates_skipped_total 1
+# HELP writeback_cache_hits_total Document reads answered from the cache, by collection.
+# TYPE writeback_cache_hits_total counter
+writeback_cache_hits_total{collection="usertable"} 0
+# HELP writeback_write_through_fallback 1 while a collection's writes fall back to write-through because pinned memory is over its limit, else 0.
+# TYPE writeback_write_through_fallback gauge
+writeback_write_through_fallback{collection="usertable"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"writeback_requests_total", "writeback_apply_errors_total", "writeback_duplicates_skipped_total",
+		"writeback_cache_hits_total", "writeback_write_through_fallback"))
+}
+
+func TestGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.PendingChanges.Set(120)
+	m.PendingDocuments.Set(14)
+	m.PinnedBytes.Set(4096)
+	m.OldestPendingAge.Set(1.5)
+	m.DeadLetters.Set(2)
+	m.OwnedPartitions.Set(32)
+	m.Sidecars.Set(2)
+
+	for name, want := range map[string]float64{
+		"pending_changes": 120, "pending_documents": 14, "pinned_bytes": 4096,
+		"oldest_pending_age_seconds": 1.5, "dead_letters": 2, "owned_partitions": 32, "sidecars": 2,
+	} {
+		t.Run(name, func(t *testing.T) {
+			mfs, err := reg.Gather()
+			require.NoError(t, err)
+			for _, mf := range mfs {
+				if mf.GetName() == Namespace+"_"+name {
+					require.Len(t, mf.GetMetric(), 1)
+					assert.Equal(t, want, mf.GetMetric()[0].GetGauge().GetValue())
+					return
+				}
+			}
+			t.Fatalf("%s_%s not gathered", Namespace, name)
+		})
+	}
+}
+
+func TestHistograms(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.ApplyBatchSize.Observe(1)
+	m.ApplyBatchSize.Observe(100)
+	m.ApplyBatchSize.Observe(4096)
+	m.ApplyDuration.Observe(0.02)
+	m.RequestDuration.WithLabelValues("get").Observe(0.00004)
+	m.RequestDuration.WithLabelValues("put").Observe(4)
+
+	assert.Equal(t, 2, testutil.CollectAndCount(m.RequestDuration, "writeback_request_duration_seconds"))
+	assert.Equal(t, 1, testutil.CollectAndCount(m.ApplyBatchSize))
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "writeback_apply_batch_size":
+			h := mf.GetMetric()[0].GetHistogram()
+			b := h.GetBucket()
+			require.Len(t, b, 13)
+			assert.Equal(t, 1.0, b[0].GetUpperBound())
+			assert.Equal(t, 4096.0, b[len(b)-1].GetUpperBound())
+			assert.Equal(t, uint64(3), h.GetSampleCount())
+			assert.Equal(t, uint64(3), b[len(b)-1].GetCumulativeCount(), "4096 falls in the last bucket")
+		case "writeback_request_duration_seconds":
+			for _, s := range mf.GetMetric() {
+				b := s.GetHistogram().GetBucket()
+				assert.Equal(t, 50e-6, b[0].GetUpperBound())
+				assert.Equal(t, 5.0, b[len(b)-1].GetUpperBound())
+			}
+		}
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	assert.Equal(t, 1, testutil.CollectAndCount(m.BuildInfo))
+
+	m.SetBuildInfo("v1.2.3", "abc123")
+	want := `
+# HELP writeback_build_info Always 1; the labels describe the running build.
+# TYPE writeback_build_info gauge
+writeback_build_info{commit="abc123",goversion="` + runtime.Version() + `",version="v1.2.3"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "writeback_build_info"))
+}

@@ -1,0 +1,244 @@
+// Package server assembles a sidecar from its configuration: the Redis
+// client, the stores, the buffer, the appliers, the document service and the
+// HTTP API, and runs them until its context ends, then shuts them down in
+// order (stop accepting, finish in-flight requests, release ownership).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/api"
+	"github.com/writeback/writeback/internal/bgt"
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+)
+
+// Version is reported by /v1/status; the CLI sets it.
+var Version = "dev"
+
+// Server is a running sidecar.
+type Server struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	rdb      redis.UniversalClient
+	stores   map[string]store.Store
+	buf      *buffer.Buffer
+	app      *bgt.Applier
+	svc      *docs.Service
+	m        *metrics.Metrics
+	http     *http.Server
+	ln       net.Listener
+	warnings []string
+}
+
+// New connects to Redis and the stores, checks them (Redis's eviction
+// policy, every collection's table), and binds the API's listener. Errors
+// are one sentence saying what to fix.
+func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log *slog.Logger) (_ *Server, err error) {
+	s := &Server{cfg: cfg, log: log, stores: map[string]store.Store{}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if cfg.Redis.Mode != config.ModeStandalone {
+		return nil, fmt.Errorf("redis.mode %q is not supported yet; use standalone", cfg.Redis.Mode)
+	}
+	s.rdb = redis.NewClient(&redis.Options{
+		Addr:        cfg.Redis.Addrs[0],
+		Username:    cfg.Redis.Username,
+		Password:    cfg.Redis.Password,
+		DB:          cfg.Redis.DB,
+		DialTimeout: cfg.Redis.DialTimeout.Duration,
+		PoolSize:    cfg.Redis.PoolSize,
+	})
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("cannot reach Redis at %s (%v); start it or fix redis.addrs", cfg.Redis.Addrs[0], err)
+	}
+	warn, err := buffer.CheckEvictionPolicy(pctx, s.rdb)
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" {
+		s.warn(warn)
+	}
+	if cfg.Redis.Replicas == 0 {
+		if p, err := s.rdb.ConfigGet(pctx, "appendonly").Result(); err == nil && p["appendonly"] == "no" {
+			if sv, err := s.rdb.ConfigGet(pctx, "save").Result(); err == nil && sv["save"] == "" {
+				s.warn("Redis has no persistence (appendonly no, save \"\") and redis.replicas is 0: a Redis restart loses acknowledged writes; enable AOF or replicas")
+			}
+		}
+	}
+
+	names := make([]string, 0, len(cfg.Stores))
+	for name := range cfg.Stores {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		sc := cfg.Stores[name]
+		if !storeUsed(cfg, name) {
+			continue
+		}
+		st, err := store.Open(ctx, sc.Driver, dsnOf(sc))
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %v", name, err)
+		}
+		s.stores[name] = st
+	}
+
+	s.m = metrics.New(reg)
+	colls := map[string]*docs.Collection{}
+	applied := map[string]*bgt.Collection{}
+	for name, cc := range cfg.Collections {
+		st := s.stores[cc.Store]
+		t, err := st.Describe(ctx, cc.Table, cc.Key)
+		if err != nil {
+			return nil, fmt.Errorf("collections.%s: %v", name, err)
+		}
+		colls[name] = &docs.Collection{Name: name, Policy: docs.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
+		applied[name] = &bgt.Collection{Name: name, StoreName: cc.Store, Store: st, Table: t}
+		s.m.WriteThroughFallback.WithLabelValues(name).Set(0)
+	}
+
+	wb := cfg.Writeback
+	s.buf = buffer.New(s.rdb, cfg.Redis.KeyPrefix, wb.Partitions, wb.LeaseLifetime.Duration)
+	s.app = bgt.New(bgt.Config{
+		InstanceID:   wb.InstanceID,
+		Workers:      wb.Workers,
+		BatchSize:    wb.BatchSize,
+		OwnerLease:   wb.OwnerLease.Duration,
+		PollInterval: wb.PollInterval.Duration,
+		MaxRetries:   wb.MaxRetries,
+		RetryBackoff: wb.RetryBackoff.Duration,
+	}, s.buf, applied, s.m, log)
+	if err := s.app.Prepare(ctx); err != nil {
+		return nil, err
+	}
+	s.svc = docs.New(s.buf, s.app, colls, s.m)
+	h := api.New(api.Options{
+		Token:        cfg.Auth.Token,
+		MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		Version:      Version,
+		InstanceID:   wb.InstanceID,
+		Stores:       s.stores,
+		Warnings:     func() []string { return s.warnings },
+	}, s.svc, s.app, s.buf, s.m, reg, log)
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	s.ln, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %v; choose a free address with --listen", cfg.Listen, err)
+	}
+	return s, nil
+}
+
+func (s *Server) warn(msg string) {
+	s.warnings = append(s.warnings, msg)
+	s.log.Warn(msg)
+}
+
+func storeUsed(cfg *config.Config, name string) bool {
+	for _, c := range cfg.Collections {
+		if c.Store == name {
+			return true
+		}
+	}
+	return false
+}
+
+func dsnOf(sc config.Store) string {
+	if sc.DSN != "" {
+		return sc.DSN
+	}
+	return sc.URI
+}
+
+// Addr is the address the API listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Run serves until ctx is done, then shuts down gracefully: the listener
+// stops accepting, in-flight requests finish (up to 10 s), the appliers
+// finish their batch and release their partitions, connections close.
+func (s *Server) Run(ctx context.Context) error {
+	appCtx, stopApp := context.WithCancel(context.Background())
+	defer stopApp()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = s.app.Run(appCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.watch(appCtx)
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.ln) }()
+	s.log.Info("writeback serving", "addr", s.Addr(), "instance", s.cfg.Writeback.InstanceID, "collections", len(s.cfg.Collections))
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.http.Shutdown(sctx)
+	stopApp()
+	wg.Wait()
+	s.close()
+	s.log.Info("writeback stopped")
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// watch refreshes the gauges that reflect Redis state once a second.
+func (s *Server) watch(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		st, err := s.buf.Stats(ctx)
+		if err == nil {
+			s.m.PendingChanges.Set(float64(st.PendingChanges))
+			s.m.PendingDocuments.Set(float64(st.PendingDocuments))
+			s.m.PinnedBytes.Set(float64(st.PinnedBytes))
+			s.m.OldestPendingAge.Set(st.OldestPending.Seconds())
+			s.m.DeadLetters.Set(float64(st.DeadLetters))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) close() {
+	for _, st := range s.stores {
+		_ = st.Close()
+	}
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+	}
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+}

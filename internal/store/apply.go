@@ -1,0 +1,229 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// docKey identifies an applied record.
+type docKey struct{ collection, id string }
+
+// applyBatch is the validated input of one Apply: the writes and, in lock
+// order, the indices of those that have changes.
+type applyBatch struct {
+	writes []Write
+	// order sorts the documents by (collection, id) bytewise, which is the
+	// order of the applied table's primary key in both databases (COLLATE
+	// "C" / VARBINARY). Every transaction locks its records in this one
+	// order, so two batches sharing documents queue up instead of
+	// deadlocking.
+	order []int
+}
+
+func newApplyBatch(writes []Write) (*applyBatch, error) {
+	b := &applyBatch{writes: writes}
+	seen := make(map[docKey]bool, len(writes))
+	for i, w := range writes {
+		if len(w.Changes) == 0 {
+			continue
+		}
+		if w.Table == nil || w.Table.Schema == nil {
+			return nil, fmt.Errorf("store: write %d (%s/%s) has no table", i, w.Collection, w.ID)
+		}
+		if w.Collection == "" || w.ID == "" {
+			return nil, fmt.Errorf("store: write %d has an empty collection or id", i)
+		}
+		k := docKey{w.Collection, w.ID}
+		if seen[k] {
+			// Two writes of one document would have to be merged in seq
+			// order; the applier hands each document over once.
+			return nil, fmt.Errorf("store: document %s/%s appears twice in one batch", w.Collection, w.ID)
+		}
+		seen[k] = true
+		var prev int64
+		for _, c := range w.Changes {
+			if c.Seq <= prev {
+				return nil, fmt.Errorf("store: changes of %s/%s are not in increasing positive seq order (%d after %d)", w.Collection, w.ID, c.Seq, prev)
+			}
+			prev = c.Seq
+		}
+		b.order = append(b.order, i)
+	}
+	sort.Slice(b.order, func(x, y int) bool {
+		wx, wy := &writes[b.order[x]], &writes[b.order[y]]
+		if wx.Collection != wy.Collection {
+			return wx.Collection < wy.Collection
+		}
+		return wx.ID < wy.ID
+	})
+	return b, nil
+}
+
+// keys returns the records to lock, in lock order.
+func (b *applyBatch) keys() (collections, ids []string, parts []int64) {
+	for _, i := range b.order {
+		w := &b.writes[i]
+		collections = append(collections, w.Collection)
+		ids = append(ids, w.ID)
+		parts = append(parts, int64(w.Partition))
+	}
+	return collections, ids, parts
+}
+
+// applyPlan is the second half of an Apply, decided once the records are
+// locked and their seqs known.
+type applyPlan struct {
+	results []Result
+	// puts are left to the driver: an upsert is not spelled the same, nor
+	// equally safe, in both databases.
+	puts    []*putGroup
+	stmts   []plannedStmt   // the deletes and patches
+	records []AppliedRecord // the records to move forward, in lock order
+}
+
+// putGroup is the rows that Put effects write into one table, all with the
+// same columns.
+type putGroup struct {
+	t    *Table
+	cols []string
+	ids  []string // the key of each row
+	rows [][]any
+}
+
+// plannedStmt is one effect statement; patch is the index of the write whose
+// Missing flag its row count decides, or -1.
+type plannedStmt struct {
+	q     *query
+	patch int
+}
+
+// plan keeps, for each write, the changes past its applied seq, compacts
+// them, and builds the effect statements: the rows to put, grouped by table
+// (and column set), one DELETE per table, one UPDATE per patch.
+func (b *applyBatch) plan(d dialect, applied map[docKey]int64) (*applyPlan, error) {
+	p := &applyPlan{results: make([]Result, len(b.writes))}
+	type delGroup struct {
+		t   *Table
+		ids []any
+	}
+	var dels []*delGroup
+	putIndex := map[string]int{}
+	delIndex := map[string]int{}
+	var patches []plannedStmt
+	for _, i := range b.order {
+		w := &b.writes[i]
+		r := &p.results[i]
+		seq := applied[docKey{w.Collection, w.ID}]
+		r.LastSeq = w.Changes[len(w.Changes)-1].Seq
+		// Changes are in increasing seq order: the applied ones are a prefix.
+		k := sort.Search(len(w.Changes), func(j int) bool { return w.Changes[j].Seq > seq })
+		r.Skipped, r.Applied = k, len(w.Changes)-k
+		if r.Applied == 0 {
+			continue
+		}
+		e, err := change.Compact(w.Changes[k:])
+		if err != nil {
+			return nil, &Error{Permanent: true, Err: fmt.Errorf("store: %s/%s: %w", w.Collection, w.ID, err)}
+		}
+		switch e.Kind {
+		case change.Put:
+			cols, row, err := putRow(w.Table, w.ID, e.Doc)
+			if err != nil {
+				return nil, err
+			}
+			gk := w.Table.Name + "\x00" + strings.Join(cols, "\x00")
+			gi, ok := putIndex[gk]
+			if !ok {
+				gi = len(p.puts)
+				putIndex[gk] = gi
+				p.puts = append(p.puts, &putGroup{t: w.Table, cols: cols})
+			}
+			p.puts[gi].ids = append(p.puts[gi].ids, w.ID)
+			p.puts[gi].rows = append(p.puts[gi].rows, row)
+		case change.Delete:
+			gi, ok := delIndex[w.Table.Name]
+			if !ok {
+				gi = len(dels)
+				delIndex[w.Table.Name] = gi
+				dels = append(dels, &delGroup{t: w.Table})
+			}
+			dels[gi].ids = append(dels[gi].ids, w.ID)
+		case change.Patch:
+			q, err := patchQuery(d, w.Table, w.ID, e)
+			if err != nil {
+				return nil, err
+			}
+			patches = append(patches, plannedStmt{q: q, patch: i})
+		}
+		p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
+	}
+	for _, g := range dels {
+		for _, q := range deleteQueries(d, g.t, g.ids) {
+			p.stmts = append(p.stmts, plannedStmt{q: q, patch: -1})
+		}
+	}
+	p.stmts = append(p.stmts, patches...)
+	return p, nil
+}
+
+// putRow returns the columns (schema order) and values of a Put of doc into
+// row id. The key always comes from id; a field that is not a column is the
+// data's fault.
+func putRow(t *Table, id string, doc change.Doc) ([]string, []any, error) {
+	var cols []string
+	var row []any
+	for _, c := range t.Schema.Columns {
+		if c.Name == t.Schema.Key {
+			cols, row = append(cols, c.Name), append(row, id)
+			continue
+		}
+		v, ok := doc[c.Name]
+		if !ok {
+			continue
+		}
+		a, err := columnArg(c, v)
+		if err != nil {
+			return nil, nil, err
+		}
+		cols, row = append(cols, c.Name), append(row, a)
+	}
+	for name := range doc {
+		if _, ok := t.Schema.Column(name); !ok {
+			return nil, nil, permanentf("store: %s has no column %q (put of %s)", t.Name, name, id)
+		}
+	}
+	return cols, row, nil
+}
+
+// maxAttempts bounds how often Apply reruns a transaction the database
+// aborted to break a deadlock or a serialization conflict. Locking in one
+// order makes those rare; they can still come from other writers of the
+// same tables, and rerunning the whole transaction is always safe.
+const maxAttempts = 4
+
+// retryTx runs tx until it succeeds, fails for another reason than a
+// deadlock or a serialization failure (retryable), or maxAttempts is reached.
+func retryTx[T any](retryable func(error) bool, tx func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := tx()
+		if err == nil || attempt == maxAttempts || !retryable(err) {
+			return v, err
+		}
+	}
+}
+
+// wrapErr wraps a database error as a store error with its permanence.
+func wrapErr(op string, err error, permanent func(error) bool) error {
+	if err == nil {
+		return nil
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return err
+	}
+	return &Error{Permanent: permanent(err), Err: fmt.Errorf("store: %s: %w", op, err)}
+}

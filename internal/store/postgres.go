@@ -1,0 +1,566 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// pgStore is a PostgreSQL database, through a pgx connection pool.
+//
+// Every value is sent as untyped text and PostgreSQL infers each
+// parameter's type from the column it is compared with or assigned to (or
+// from an explicit cast such as $1::text[]), so one code path
+// writes integers, numerics, enums, timestamps, uuids, json alike, and the
+// database (not the client) rejects a bad value with an SQLSTATE that says
+// whether it is the data's fault.
+type pgStore struct {
+	pool *pgxpool.Pool
+}
+
+var _ Store = (*pgStore)(nil)
+
+// pgAppliedDDL creates the applied records. COLLATE "C" makes the primary
+// key order bytewise: it is the lock order of Apply and the page order of
+// ListApplied, and both must agree with Go's string order.
+const pgAppliedDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedTable + ` (
+	collection varchar(128) COLLATE "C" NOT NULL,
+	id varchar(512) COLLATE "C" NOT NULL,
+	part int NOT NULL,
+	seq bigint NOT NULL,
+	PRIMARY KEY (collection, id))`
+
+// pgCreateLock is the advisory lock key serializing the creation of the
+// applied table: two concurrent CREATE TABLE IF NOT EXISTS of one name can
+// fail with a unique violation in pg_type.
+const pgCreateLock = 0x7772697465626b // "wrotebk"
+
+func openPostgres(ctx context.Context, dsn string) (Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: postgres DSN: %w", err)
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "writeback"
+	}
+	// Exec mode sends each statement unprepared with untyped text
+	// parameters, so a batch is always exactly one round trip. The default
+	// (a per-connection prepared-statement cache) would first prepare every
+	// new statement text in a round trip of its own, and Apply's texts vary
+	// with the batch (rows per multi-row insert, columns per patch).
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: postgres: %w", err)
+	}
+	s := &pgStore{pool: pool}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := s.createApplied(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *pgStore) createApplied(ctx context.Context) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", AppliedTable).Scan(&exists); err != nil {
+		return wrapErr("postgres: look for "+AppliedTable, err, pgPermanent)
+	}
+	if exists {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgCreateLock)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, pgAppliedDDL)
+		return err
+	})
+	return wrapErr("postgres: create "+AppliedTable, err, pgPermanent)
+}
+
+// pgDialect is PostgreSQL's SQL.
+type pgDialect struct{}
+
+func (pgDialect) ident(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+func (pgDialect) placeholder(n int) string { return "$" + strconv.Itoa(n) }
+
+func (d pgDialect) upsert(key string, cols []string) string {
+	var sets []string
+	for _, c := range cols {
+		if c != key {
+			sets = append(sets, d.ident(c)+" = EXCLUDED."+d.ident(c))
+		}
+	}
+	if len(sets) == 0 {
+		return "ON CONFLICT (" + d.ident(key) + ") DO NOTHING"
+	}
+	return "ON CONFLICT (" + d.ident(key) + ") DO UPDATE SET " + strings.Join(sets, ", ")
+}
+
+func (pgDialect) incAmount(ph string, t change.Type) string {
+	if t == change.TypeFloat {
+		return ph + "::float8"
+	}
+	return ph + "::int8"
+}
+
+func (d pgDialect) selectColumn(alias string, c change.Column) string {
+	return alias + "." + d.ident(c.Name) + "::text"
+}
+
+// bytewiseKey casts to text first: citext compares case-insensitively
+// whatever the collation. On a column whose collation is already C the
+// planner still uses the primary key's index.
+func (pgDialect) bytewiseKey(expr string) string { return "(" + expr + `::text COLLATE "C")` }
+
+// keyParam types an integer key's parameter as bigint: inferred from an
+// int4 key, an id beyond int4's range would be an error rather than no row.
+// int4 = int8 still uses the key's index.
+func (pgDialect) keyParam(ph string, t change.Type) string {
+	if t == change.TypeInt {
+		return ph + "::int8"
+	}
+	return ph
+}
+
+func (pgDialect) pairAfter(q *query, a, b string, va, vb any) string {
+	return "(" + a + ", " + b + ") > (" + q.arg(va) + ", " + q.arg(vb) + ")"
+}
+
+// pgColumnsSQL lists the columns of a table in order, with the type (the
+// base type for a domain), its category, and nullability.
+const pgColumnsSQL = `SELECT a.attname::text, COALESCE(b.typname, t.typname)::text,
+	COALESCE(b.typcategory, t.typcategory)::text, NOT a.attnotnull
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`
+
+// pgPrimaryKeySQL lists the key columns (not the INCLUDE ones) of a table's
+// primary key in order.
+const pgPrimaryKeySQL = `SELECT a.attname::text
+FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = to_regclass($1) AND i.indisprimary AND k.n <= i.indnkeyatts
+ORDER BY k.n`
+
+// pgType maps a PostgreSQL type name and category to a change.Type.
+func pgType(name, category string) change.Type {
+	switch name {
+	case "int2", "int4", "int8":
+		return change.TypeInt
+	case "float4", "float8":
+		return change.TypeFloat
+	case "numeric":
+		return change.TypeDecimal
+	case "text", "varchar", "bpchar", "citext", "name":
+		return change.TypeText
+	case "bool":
+		return change.TypeBool
+	case "json", "jsonb":
+		return change.TypeJSON
+	}
+	if category == "E" { // enum
+		return change.TypeText
+	}
+	return change.TypeOther
+}
+
+// Describe introspects table (optionally "schema.table"; names are exact,
+// not case-folded) and checks that key is its single-column primary key.
+func (s *pgStore) Describe(ctx context.Context, table, key string) (*Table, error) {
+	qname := quoteTable(pgDialect{}, table)
+	rows, err := s.pool.Query(ctx, pgColumnsSQL, qname)
+	if err != nil {
+		return nil, wrapErr("describe "+table, err, pgPermanent)
+	}
+	var cols []change.Column
+	var name, typ, cat string
+	var nullable bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &typ, &cat, &nullable}, func() error {
+		cols = append(cols, change.Column{Name: name, Type: pgType(typ, cat), Nullable: nullable})
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("describe "+table, err, pgPermanent)
+	}
+	pk, err := s.strings(ctx, pgPrimaryKeySQL, qname)
+	if err != nil {
+		return nil, wrapErr("describe "+table, err, pgPermanent)
+	}
+	return newTable(table, key, cols, pk)
+}
+
+func (s *pgStore) strings(ctx context.Context, sql string, args ...any) ([]string, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// scanRow reads one row of t (selected with selectList), after the extra
+// leading destinations, into text cells.
+func pgScanRow(row pgx.Row, t *Table, extra ...any) ([]textCell, error) {
+	texts := make([]pgtype.Text, len(t.Schema.Columns))
+	dest := append(extra, make([]any, len(texts))...)
+	for i := range texts {
+		dest[len(extra)+i] = &texts[i]
+	}
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	cells := make([]textCell, len(texts))
+	for i, tx := range texts {
+		cells[i] = textCell{Bytes: []byte(tx.String), Valid: tx.Valid}
+	}
+	return cells, nil
+}
+
+// Read returns the row of id and the applied seq of (collection, id) from
+// one statement, hence one snapshot.
+func (s *pgStore) Read(ctx context.Context, t *Table, collection, id string) (change.Doc, int64, error) {
+	q := readQuery(pgDialect{}, t, collection, id)
+	var seq pgtype.Int8
+	cells, err := pgScanRow(s.pool.QueryRow(ctx, q.String(), q.args...), t, &seq)
+	if err != nil {
+		return nil, 0, wrapErr("read "+t.Name, err, pgPermanent)
+	}
+	if !cells[keyIndex(t)].Valid {
+		return nil, seq.Int64, nil
+	}
+	doc, err := buildDoc(t, cells)
+	return doc, seq.Int64, err
+}
+
+// Scan returns up to limit rows with key >= from, in key order (bytewise
+// for text keys: COLLATE "C").
+func (s *pgStore) Scan(ctx context.Context, t *Table, from string, limit int) ([]change.Doc, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	q, err := scanQuery(pgDialect{}, t, from, limit, false)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, q.String(), q.args...)
+	if err != nil {
+		return nil, wrapErr("scan "+t.Name, err, pgPermanent)
+	}
+	defer rows.Close()
+	var docs []change.Doc
+	for rows.Next() {
+		cells, err := pgScanRow(rows, t)
+		if err != nil {
+			return nil, wrapErr("scan "+t.Name, err, pgPermanent)
+		}
+		doc, err := buildDoc(t, cells)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, doc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("scan "+t.Name, err, pgPermanent)
+	}
+	return docs, nil
+}
+
+// The record statements of Apply take the batch's documents as arrays in
+// lock order. WITH ORDINALITY … ORDER BY keeps that order for the inserts:
+// an insert waits for a concurrent insert of the same key, so inserting in
+// the common order matters as much as locking in it.
+const (
+	pgInsertRecordsSQL = `INSERT INTO ` + AppliedTable + ` (collection, id, part, seq)
+SELECT u.c, u.i, u.p, 0 FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS u(c, i, p, n)
+ORDER BY u.n
+ON CONFLICT (collection, id) DO NOTHING`
+	// FOR UPDATE in READ COMMITTED returns the latest committed version of
+	// a row it had to wait for: the seq the previous applier committed. The
+	// rows are locked as they leave the sort, in key order.
+	pgLockRecordsSQL = `SELECT a.collection, a.id, a.seq FROM ` + AppliedTable + ` AS a
+JOIN unnest($1::text[], $2::text[]) AS u(c, i) ON a.collection = u.c AND a.id = u.i
+ORDER BY a.collection, a.id
+FOR UPDATE OF a`
+	pgUpdateRecordsSQL = `UPDATE ` + AppliedTable + ` AS a SET part = u.p, seq = u.s
+FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS u(c, i, p, s)
+WHERE a.collection = u.c AND a.id = u.i`
+)
+
+// Apply applies writes exactly once in one transaction and two round trips:
+//
+//	batch 1: BEGIN; insert the missing records (seq 0); lock them all
+//	         FOR UPDATE in (collection, id) order, reading their seqs
+//	batch 2: the effect statements (one upsert per table for the puts, one
+//	         DELETE per table, one UPDATE per patch); move the records'
+//	         seqs; COMMIT
+//
+// A deadlock or serialization failure reruns the whole transaction.
+func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
+	b, err := newApplyBatch(writes)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.order) == 0 {
+		return make([]Result, len(writes)), nil
+	}
+	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
+}
+
+func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, wrapErr("apply", err, pgPermanent)
+	}
+	// Release destroys a connection left inside a transaction; the
+	// rollback below lets the pool keep it.
+	defer conn.Release()
+	defer func() {
+		if err != nil {
+			pgRollback(conn.Conn())
+		}
+	}()
+
+	applied, err := pgLockRecords(ctx, conn.Conn(), b)
+	if err != nil {
+		return nil, wrapErr("apply: lock applied records", err, pgPermanent)
+	}
+	plan, err := b.plan(pgDialect{}, applied)
+	if err != nil {
+		return nil, err
+	}
+
+	// ON CONFLICT (key) fires on the primary key only: a put that breaks
+	// another unique constraint fails, as it should.
+	stmts := plan.stmts
+	for _, g := range plan.puts {
+		for _, q := range putQueries(pgDialect{}, g.t, g.cols, g.rows, true) {
+			stmts = append(stmts, plannedStmt{q: q, patch: -1})
+		}
+	}
+	batch := &pgx.Batch{}
+	for _, st := range stmts {
+		batch.Queue(st.q.String(), st.q.args...)
+	}
+	if len(plan.records) > 0 {
+		var cols, ids []string
+		var parts, seqs []int64
+		for _, r := range plan.records {
+			cols, ids = append(cols, r.Collection), append(ids, r.ID)
+			parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
+		}
+		batch.Queue(pgUpdateRecordsSQL, cols, ids, parts, seqs)
+	}
+	batch.Queue("COMMIT")
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	for _, st := range stmts {
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, wrapErr("apply", err, pgPermanent)
+		}
+		if st.patch >= 0 && tag.RowsAffected() == 0 {
+			plan.results[st.patch].Missing = true
+		}
+	}
+	if len(plan.records) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, wrapErr("apply: update applied records", err, pgPermanent)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, wrapErr("apply: commit", err, pgPermanent)
+	}
+	// COMMIT of a transaction that failed answers ROLLBACK, not an error.
+	if tag.String() != "COMMIT" {
+		return nil, &Error{Err: errors.New("store: apply: the transaction was rolled back at commit")}
+	}
+	if err := br.Close(); err != nil {
+		return nil, wrapErr("apply: commit", err, pgPermanent)
+	}
+	return plan.results, nil
+}
+
+// pgLockRecords runs the first batch of Apply and returns the applied seq
+// of every document of b.
+func pgLockRecords(ctx context.Context, conn *pgx.Conn, b *applyBatch) (map[docKey]int64, error) {
+	cols, ids, parts := b.keys()
+	batch := &pgx.Batch{}
+	// READ COMMITTED whatever the server's default: under REPEATABLE READ
+	// the FOR UPDATE below would fail with a serialization error instead
+	// of reading the seq that the transaction it waited for committed.
+	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	batch.Queue(pgInsertRecordsSQL, cols, ids, parts)
+	batch.Queue(pgLockRecordsSQL, cols, ids)
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[docKey]int64, len(ids))
+	var k docKey
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&k.collection, &k.id, &seq}, func() error {
+		applied[k] = seq
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(applied) != len(ids) {
+		return nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
+	}
+	return applied, br.Close()
+}
+
+// pgRollback ends the transaction a failed Apply left open, if the
+// connection is still usable.
+func pgRollback(conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}
+
+// AppliedMax returns, per partition, the highest seq recorded.
+func (s *pgStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
+	rows, err := s.pool.Query(ctx, appliedMaxSQL)
+	if err != nil {
+		return nil, wrapErr("applied max", err, pgPermanent)
+	}
+	out := map[int]int64{}
+	var part int
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&part, &seq}, func() error {
+		out[part] = seq
+		return nil
+	}); err != nil {
+		return nil, wrapErr("applied max", err, pgPermanent)
+	}
+	return out, nil
+}
+
+// compactChunk bounds the records deleted in one transaction.
+const compactChunk = 500
+
+// CompactApplied deletes the records whose seq is still the given one. Each
+// chunk is one pipelined batch (one implicit transaction) of single-row
+// deletes in lock order, so it cannot deadlock with an Apply.
+func (s *pgStore) CompactApplied(ctx context.Context, records []AppliedRecord) (int, error) {
+	deleted := 0
+	sorted := sortedRecords(records)
+	for len(sorted) > 0 {
+		chunk := sorted[:min(compactChunk, len(sorted))]
+		sorted = sorted[len(chunk):]
+		batch := &pgx.Batch{}
+		for _, r := range chunk {
+			batch.Queue("DELETE FROM "+AppliedTable+" WHERE collection = $1 AND id = $2 AND seq = $3", r.Collection, r.ID, r.Seq)
+		}
+		n, err := pgExecCount(s.pool.SendBatch(ctx, batch), len(chunk))
+		if err != nil {
+			return deleted, wrapErr("compact applied records", err, pgPermanent)
+		}
+		deleted += n
+	}
+	return deleted, nil
+}
+
+// pgExecCount reads n Exec results of a batch and sums their row counts; the
+// batch is committed only if all of them succeeded.
+func pgExecCount(br pgx.BatchResults, n int) (int, error) {
+	total := 0
+	for range n {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return 0, err
+		}
+		total += int(tag.RowsAffected())
+	}
+	return total, br.Close()
+}
+
+// ListApplied pages through the records after (afterCollection, afterID).
+func (s *pgStore) ListApplied(ctx context.Context, afterCollection, afterID string, limit int) ([]AppliedRecord, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	q := listAppliedQuery(pgDialect{}, afterCollection, afterID, limit)
+	rows, err := s.pool.Query(ctx, q.String(), q.args...)
+	if err != nil {
+		return nil, wrapErr("list applied records", err, pgPermanent)
+	}
+	var out []AppliedRecord
+	var r AppliedRecord
+	if _, err := pgx.ForEachRow(rows, []any{&r.Collection, &r.ID, &r.Partition, &r.Seq}, func() error {
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		return nil, wrapErr("list applied records", err, pgPermanent)
+	}
+	return out, nil
+}
+
+// Ping checks that the database answers.
+func (s *pgStore) Ping(ctx context.Context) error {
+	return wrapErr("postgres: ping", s.pool.Ping(ctx), pgPermanent)
+}
+
+// Close releases the connection pool.
+func (s *pgStore) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// pgPermanent reports whether err is PostgreSQL rejecting the data itself:
+// SQLSTATE classes 22 (data exception: too long, out of range, bad
+// syntax of a value), 23 (integrity constraint), 42 (undefined column or
+// table, datatype mismatch) and 2B (dependent objects). Insufficient
+// privilege (42501) is left retryable: an administrator can fix it, and
+// dead-lettering every change in the meantime would not help.
+func pgPermanent(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 || pe.Code == "42501" {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "42", "2B":
+		return true
+	}
+	return false
+}
+
+// pgRetryable reports whether the transaction was aborted by a deadlock or
+// a serialization failure and can simply be rerun.
+func pgRetryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}

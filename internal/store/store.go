@@ -1,0 +1,120 @@
+// Package store owns the adapters to the databases behind the cache
+// (PostgreSQL via pgx, MySQL/MariaDB via go-sql-driver/mysql) behind one
+// interface. It knows tables, rows and the writeback_applied_docs records
+// that make applying exactly-once; it knows nothing about Redis.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// Table is a collection's table: its name and document schema.
+type Table struct {
+	Name   string
+	Schema *change.Schema
+}
+
+// Write is the buffered changes of one document that an applier hands to
+// the store, in sequence order. Some of them may already have been applied by
+// an earlier attempt that died before the buffer was trimmed; Apply skips
+// those.
+type Write struct {
+	Collection string // the collection's name (part of the applied record's key)
+	Table      *Table
+	ID         string // canonical id
+	Partition  int    // the document's partition, kept in the applied record
+	Changes    []change.Change
+}
+
+// Result is what Apply did with one Write.
+type Result struct {
+	Applied int   // changes applied now
+	Skipped int   // changes skipped because an earlier attempt applied them
+	LastSeq int64 // sequence of the last change of the Write (applied now or before)
+	// Missing is true when a patch found no row to update (the row was
+	// deleted behind the cache's back); the changes count as applied.
+	Missing bool
+}
+
+// Store is one database.
+//
+// Apply is the heart of exactly-once: in ONE transaction it (1) locks the
+// applied record of every document of the batch, in (collection, id) order
+// so two concurrent batches never deadlock, creating missing records with
+// seq 0; (2) for each Write keeps only the changes whose Seq is greater than
+// the record's seq, compacts them with change.Compact and executes the
+// resulting Effect on the row; (3) sets each record's seq to the last Seq of
+// its Write; (4) commits. A replay of the same Writes after a crash therefore
+// applies nothing and reports them as Skipped.
+//
+// Read returns a row together with the seq of its applied record read in the
+// same snapshot (one statement), so that a reader can tell which buffered
+// changes the row already contains.
+type Store interface {
+	// Describe introspects table and checks that key is its primary key.
+	Describe(ctx context.Context, table, key string) (*Table, error)
+	// Read returns the document (nil when there is no row) and the applied
+	// seq of (collection, id) (0 when there is no record), in one snapshot.
+	Read(ctx context.Context, t *Table, collection, id string) (change.Doc, int64, error)
+	// Scan returns up to limit rows with key >= from (all when from is ""),
+	// in key order (numeric for integer keys, bytewise for text keys).
+	Scan(ctx context.Context, t *Table, from string, limit int) ([]change.Doc, error)
+	// Apply applies the writes in one transaction, exactly once (see above).
+	// results[i] belongs to writes[i]. On error nothing was committed.
+	Apply(ctx context.Context, writes []Write) ([]Result, error)
+	// AppliedMax returns, per partition, the highest applied seq recorded.
+	AppliedMax(ctx context.Context) (map[int]int64, error)
+	// CompactApplied deletes the applied records of (collection, id) pairs
+	// whose seq is still exactly the given one (a record that moved on since
+	// is kept). It returns how many it deleted.
+	CompactApplied(ctx context.Context, records []AppliedRecord) (int, error)
+	// ListApplied pages through applied records in (collection, id) order,
+	// starting after the given position.
+	ListApplied(ctx context.Context, afterCollection, afterID string, limit int) ([]AppliedRecord, error)
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// Close releases the connection pool.
+	Close() error
+}
+
+// AppliedRecord is one row of writeback_applied_docs.
+type AppliedRecord struct {
+	Collection string
+	ID         string
+	Partition  int
+	Seq        int64
+}
+
+// AppliedTable is the table holding the applied records of Design 1.
+const AppliedTable = "writeback_applied_docs"
+
+// Error wraps a database error with whether retrying can help.
+type Error struct {
+	Permanent bool // the database rejected the data itself (constraint, type, range)
+	Err       error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsPermanent reports whether err is a store error that retrying will not
+// cure, so the change belongs in the dead-letter list.
+func IsPermanent(err error) bool {
+	var se *Error
+	return errors.As(err, &se) && se.Permanent
+}
+
+// Open connects to a database. driver is "postgres" or "mysql".
+func Open(ctx context.Context, driver, dsn string) (Store, error) {
+	switch driver {
+	case "postgres":
+		return openPostgres(ctx, dsn)
+	case "mysql":
+		return openMySQL(ctx, dsn)
+	}
+	return nil, fmt.Errorf("store: unknown driver %q (use postgres or mysql)", driver)
+}

@@ -1,0 +1,357 @@
+// Package client is a Go client for the writeback sidecar's HTTP API
+// (documents, flush, status and probes). It speaks JSON over net/http and
+// shares its body types (types.go) with the server. It holds no state beyond
+// the connection pool, so one Client serves any number of goroutines.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one sidecar.
+type Client struct {
+	base  string // scheme://host[:port][/prefix], no trailing slash
+	token string
+	http  *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer <token>" with every request.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc instead of the package's shared client.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// sharedTransport is used by every Client without WithHTTPClient. It keeps
+// connections alive and allows many idle ones per host: a benchmark runs
+// hundreds of goroutines against one sidecar, and with net/http's default of
+// 2 idle connections per host most requests would open a new connection.
+var sharedTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 512
+	t.IdleConnTimeout = 90 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}()
+
+var sharedClient = &http.Client{Transport: sharedTransport}
+
+// New returns a client of the sidecar at baseURL ("http://127.0.0.1:8480";
+// "127.0.0.1:8480" means http). Deadlines come from each call's context.
+func New(baseURL string, opts ...Option) *Client {
+	base := strings.TrimRight(baseURL, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	c := &Client{base: base, http: sharedClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Error is a response other than 2xx (or 304 where one is expected).
+type Error struct {
+	StatusCode int
+	Code       string // from the error body, e.g. "not_found"; derived from the status when the body has none
+	Message    string // from the error body; the status text when the body has none
+	// RetryAfter is the server's Retry-After (409 aborted, 503), 0 if none.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("client: %d %s: %s", e.StatusCode, e.Code, e.Message)
+}
+
+// IsNotFound reports whether err is a 404 not_found answer.
+func IsNotFound(err error) bool { return hasCode(err, CodeNotFound, http.StatusNotFound) }
+
+// IsInvalid reports whether err is a 400 invalid_argument answer.
+func IsInvalid(err error) bool { return hasCode(err, CodeInvalidArgument, http.StatusBadRequest) }
+
+// IsAborted reports whether err is a 409 aborted answer (a lease conflict:
+// retry with backoff, after Error.RetryAfter if set).
+func IsAborted(err error) bool { return hasCode(err, CodeAborted, http.StatusConflict) }
+
+// IsUnavailable reports whether err is a 503 unavailable answer.
+func IsUnavailable(err error) bool {
+	return hasCode(err, CodeUnavailable, http.StatusServiceUnavailable)
+}
+
+func hasCode(err error, code string, status int) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == code || e.StatusCode == status)
+}
+
+// docPath is /v1/docs/{collection}[/{id}], each segment escaped so that an
+// id with '/', '?' or '%' stays one segment.
+func docPath(coll, id string) (string, error) {
+	if coll == "" {
+		return "", errors.New("client: empty collection name")
+	}
+	p := "/v1/docs/" + url.PathEscape(coll)
+	if id != "" {
+		p += "/" + url.PathEscape(id)
+	}
+	return p, nil
+}
+
+// Get reads a document. It returns the document and its ETag; a missing
+// document is an error for which IsNotFound is true.
+func (c *Client) Get(ctx context.Context, coll, id string) (json.RawMessage, string, error) {
+	doc, etag, _, err := c.GetIfNoneMatch(ctx, coll, id, "")
+	return doc, etag, err
+}
+
+// GetIfNoneMatch reads a document unless its ETag is still etag: then it
+// returns notModified, no document and the same etag. An empty etag reads
+// unconditionally.
+func (c *Client) GetIfNoneMatch(ctx context.Context, coll, id, etag string) (doc json.RawMessage, newEtag string, notModified bool, err error) {
+	if id == "" {
+		return nil, "", false, errors.New("client: empty document id")
+	}
+	p, err := docPath(coll, id)
+	if err != nil {
+		return nil, "", false, err
+	}
+	h := http.Header{}
+	var also []int
+	if etag != "" {
+		h.Set("If-None-Match", etag)
+		also = append(also, http.StatusNotModified)
+	}
+	resp, body, err := c.do(ctx, http.MethodGet, p, nil, h, also...)
+	if err != nil {
+		return nil, "", false, err
+	}
+	if resp.StatusCode == http.StatusNotModified {
+		if e := resp.Header.Get("ETag"); e != "" {
+			etag = e
+		}
+		return nil, etag, true, nil
+	}
+	return json.RawMessage(body), resp.Header.Get("ETag"), false, nil
+}
+
+// Put inserts or replaces a whole document and returns the change's
+// sequence number once the sidecar has made it durable. doc is encoded as
+// JSON; a json.RawMessage or []byte is sent as it is.
+func (c *Client) Put(ctx context.Context, coll, id string, doc any) (int64, error) {
+	return c.write(ctx, http.MethodPut, coll, id, doc)
+}
+
+// Patch applies update operators ({"$set": {...}, "$inc": {...}}) to a
+// document and returns the change's sequence number.
+func (c *Client) Patch(ctx context.Context, coll, id string, ops any) (int64, error) {
+	return c.write(ctx, http.MethodPatch, coll, id, ops)
+}
+
+// Delete deletes a document and returns the change's sequence number.
+func (c *Client) Delete(ctx context.Context, coll, id string) (int64, error) {
+	return c.write(ctx, http.MethodDelete, coll, id, nil)
+}
+
+func (c *Client) write(ctx context.Context, method, coll, id string, v any) (int64, error) {
+	if id == "" {
+		return 0, errors.New("client: empty document id")
+	}
+	p, err := docPath(coll, id)
+	if err != nil {
+		return 0, err
+	}
+	var res WriteResult
+	if err := c.doJSON(ctx, method, p, v, &res); err != nil {
+		return 0, err
+	}
+	return res.Seq, nil
+}
+
+// Scan returns up to limit documents of a collection in key order, starting
+// at the key from (inclusive; "" from the first), reflecting buffered
+// writes. limit <= 0 leaves the page size to the server.
+func (c *Client) Scan(ctx context.Context, coll, from string, limit int) ([]json.RawMessage, error) {
+	p, err := docPath(coll, "")
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if from != "" {
+		q.Set("from", from)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var res ScanResult
+	if err := c.doJSON(ctx, http.MethodGet, p, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Docs, nil
+}
+
+// Flush asks the sidecar to apply everything pending now, waiting at most
+// timeout (0 leaves it to the server). ctx must allow a little more than
+// timeout for the answer to arrive.
+func (c *Client) Flush(ctx context.Context, timeout time.Duration) (FlushResult, error) {
+	var req FlushRequest
+	if timeout > 0 {
+		req.Timeout = timeout.String()
+	}
+	var res FlushResult
+	err := c.doJSON(ctx, http.MethodPost, "/v1/flush", req, &res)
+	return res, err
+}
+
+// Status returns the sidecar's view of the buffer and of itself.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var res Status
+	err := c.doJSON(ctx, http.MethodGet, "/v1/status", nil, &res)
+	return res, err
+}
+
+// Healthz returns nil when the sidecar process is alive.
+func (c *Client) Healthz(ctx context.Context) error {
+	_, _, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil)
+	return err
+}
+
+// Readyz returns nil when the sidecar can reach Redis and its stores.
+func (c *Client) Readyz(ctx context.Context) error {
+	_, _, err := c.do(ctx, http.MethodGet, "/readyz", nil, nil)
+	return err
+}
+
+// doJSON sends in (if not nil) as JSON and decodes a 2xx answer into out.
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := encode(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	_, data, err := c.do(ctx, method, path, body, nil)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func encode(v any) ([]byte, error) {
+	switch b := v.(type) {
+	case json.RawMessage:
+		return b, nil
+	case []byte:
+		return b, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("client: encoding the request: %w", err)
+	}
+	return b, nil
+}
+
+// do sends one request and reads the whole answer, so the connection goes
+// back to the pool. Statuses 2xx and those in also succeed; any other
+// becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, h http.Header, also ...int) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %w", err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, data, nil
+	}
+	for _, s := range also {
+		if resp.StatusCode == s {
+			return resp, data, nil
+		}
+	}
+	return nil, nil, newError(resp, data)
+}
+
+// newError builds an *Error from an error answer: the JSON error body when
+// there is one, else the status (and a short plain-text body, which is what
+// the probes send).
+func newError(resp *http.Response, data []byte) *Error {
+	e := &Error{StatusCode: resp.StatusCode}
+	var eb ErrorBody
+	if json.Unmarshal(data, &eb) == nil {
+		e.Code, e.Message = eb.Error.Code, eb.Error.Message
+	}
+	if e.Code == "" {
+		e.Code = codeOf(resp.StatusCode)
+	}
+	if e.Message == "" {
+		if t := strings.TrimSpace(string(data)); t != "" && len(t) <= 512 && !strings.HasPrefix(t, "{") {
+			e.Message = t
+		} else {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+// codeOf is the error code the API uses for status.
+func codeOf(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeAborted
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
+	case http.StatusServiceUnavailable:
+		return CodeUnavailable
+	}
+	if status >= 500 {
+		return CodeInternal
+	}
+	return strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_"))
+}

@@ -1,0 +1,91 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// These are the bodies of the HTTP API. The server encodes these same types,
+// so a field added here is a field added to the API (and to docs/api.md).
+
+// Status is the answer of GET /v1/status: the state of the buffer as a whole
+// and of this sidecar.
+type Status struct {
+	Sidecar                 string             `json:"sidecar"` // this sidecar's instance ID
+	Version                 string             `json:"version"`
+	Pending                 int64              `json:"pending"`          // buffered changes not yet applied
+	PendingDocuments        int64              `json:"pendingDocuments"` // documents with pending changes
+	PinnedBytes             int64              `json:"pinnedBytes"`
+	OldestPendingAgeSeconds float64            `json:"oldestPendingAgeSeconds"`
+	DeadLetters             int64              `json:"deadLetters"`
+	DeadLetterList          []DeadLetter       `json:"deadLetterList,omitempty"`
+	Partitions              int                `json:"partitions"`
+	OwnedPartitions         []int              `json:"ownedPartitions"` // owned by this sidecar
+	Sidecars                int                `json:"sidecars"`        // live sidecars sharing the partitions
+	Collections             []CollectionStatus `json:"collections"`
+	Warnings                []string           `json:"warnings,omitempty"`
+}
+
+// CollectionStatus is one collection in Status.
+type CollectionStatus struct {
+	Name   string `json:"name"`
+	Store  string `json:"store"`
+	Table  string `json:"table"`
+	Policy string `json:"policy"`
+	// WriteThroughFallback is true while the collection's writes go to the
+	// store synchronously because pinned memory is over its limit.
+	WriteThroughFallback bool `json:"writeThroughFallback"`
+}
+
+// DeadLetter is a change the store rejected permanently.
+type DeadLetter struct {
+	Collection string          `json:"collection"`
+	ID         string          `json:"id"`
+	Seq        int64           `json:"seq"`
+	Error      string          `json:"error"`
+	At         time.Time       `json:"at"`
+	Change     json.RawMessage `json:"change"`
+}
+
+// FlushResult is the answer of POST /v1/flush.
+type FlushResult struct {
+	Applied     int64 `json:"applied"`     // changes applied during the flush
+	Pending     int64 `json:"pending"`     // changes still pending when it returned
+	DeadLetters int64 `json:"deadLetters"` // changes in the dead-letter list
+	Drained     bool  `json:"drained"`     // nothing is pending
+}
+
+// WriteResult is the answer of a PUT, PATCH or DELETE of a document: the
+// sequence number of the change in the document's buffered write.
+type WriteResult struct {
+	Seq int64 `json:"seq"`
+}
+
+// ScanResult is the answer of GET /v1/docs/{collection}.
+type ScanResult struct {
+	Docs []json.RawMessage `json:"docs"`
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// FlushRequest is the body of POST /v1/flush.
+type FlushRequest struct {
+	Timeout string `json:"timeout,omitempty"` // a Go duration, e.g. "30s"
+}
+
+// Error codes of ErrorBody.
+const (
+	CodeInvalidArgument = "invalid_argument" // 400
+	CodeUnauthenticated = "unauthenticated"  // 401
+	CodeNotFound        = "not_found"        // 404
+	CodeAborted         = "aborted"          // 409: retry with backoff
+	CodeTooLarge        = "too_large"        // 413
+	CodeUnavailable     = "unavailable"      // 503
+	CodeInternal        = "internal"         // 500
+)
