@@ -92,7 +92,9 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
-func apiError(status int, code, msg string) *Error { return &Error{Status: status, Code: code, Msg: msg} }
+func apiError(status int, code, msg string) *Error {
+	return &Error{Status: status, Code: code, Msg: msg}
+}
 
 // statusWriter remembers the status code for metrics.
 type statusWriter struct {

@@ -61,7 +61,7 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	)
 
 	version, commit := BuildVersion()
-	server.Version = version
+	server.Version, server.Commit = version, commit
 	log.Info("writeback starting", "version", version, "commit", commit, "instance", cfg.Writeback.InstanceID)
 	srv, err := server.New(ctx, cfg, reg, log)
 	if err != nil {

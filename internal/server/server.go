@@ -27,8 +27,12 @@ import (
 	"github.com/writeback/writeback/internal/store"
 )
 
-// Version is reported by /v1/status; the CLI sets it.
-var Version = "dev"
+// Version and Commit are reported by /v1/status and writeback_build_info;
+// the CLI sets them from the build.
+var (
+	Version = "dev"
+	Commit  = "unknown"
+)
 
 // Server is a running sidecar.
 type Server struct {
@@ -57,6 +61,11 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	}()
 	if cfg.Redis.Mode != config.ModeStandalone {
 		return nil, fmt.Errorf("redis.mode %q is not supported yet; use standalone", cfg.Redis.Mode)
+	}
+	if cfg.Redis.Replicas > 0 {
+		// Acknowledging without the WAIT the operator asked for would be a
+		// silent downgrade of durability: refuse instead.
+		return nil, fmt.Errorf("redis.replicas %d is not supported yet (writes would be acknowledged before reaching the replicas); set it to 0", cfg.Redis.Replicas)
 	}
 	s.rdb = redis.NewClient(&redis.Options{
 		Addr:        cfg.Redis.Addrs[0],
@@ -104,6 +113,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	}
 
 	s.m = metrics.New(reg)
+	s.m.SetBuildInfo(Version, Commit)
 	colls := map[string]*docs.Collection{}
 	applied := map[string]*bgt.Collection{}
 	for name, cc := range cfg.Collections {
@@ -114,7 +124,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		}
 		colls[name] = &docs.Collection{Name: name, Policy: docs.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
 		applied[name] = &bgt.Collection{Name: name, StoreName: cc.Store, Store: st, Table: t}
-		s.m.WriteThroughFallback.WithLabelValues(name).Set(0)
+		s.m.InitCollection(name)
 	}
 
 	wb := cfg.Writeback

@@ -23,7 +23,7 @@ type fatalRecorder struct {
 }
 
 func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
-func (f *fatalRecorder) Helper()                            {}
+func (f *fatalRecorder) Helper()                           {}
 
 func TestUnreachableServiceFails(t *testing.T) {
 	// Port 1 on loopback refuses connections at once.

@@ -1,0 +1,204 @@
+package buffer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/testenv"
+)
+
+func newTestBuffer(t *testing.T) *Buffer {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	prefix := testenv.UniqueName(t, "buf")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		rdb.Close()
+	})
+	return New(rdb, prefix, 4, 500*time.Millisecond)
+}
+
+func schema(t *testing.T) *change.Schema {
+	t.Helper()
+	s, err := change.NewSchema("id", []change.Column{{Name: "id", Type: change.TypeInt}, {Name: "n", Type: change.TypeInt, Nullable: true}, {Name: "f", Type: change.TypeFloat, Nullable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustParse(t *testing.T, s *change.Schema, body string) change.Change {
+	t.Helper()
+	c, err := change.ParsePatch(s, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The counters stay exact through writes, trims of a prefix and rejects,
+// and a trim leaves changes buffered after the applied prefix in place.
+func TestCountersTrimAndReject(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	put, _ := change.ParsePut(s, "1", []byte(`{"n":1}`))
+	seq1, out, err := b.Write(ctx, "c", "1", put, s, WriteOptions{TTL: time.Minute})
+	if err != nil || out != Buffered {
+		t.Fatalf("put: %v %v", out, err)
+	}
+	var seqs []int64
+	for range 3 {
+		seq, out, err := b.Write(ctx, "c", "1", mustParse(t, s, `{"$inc":{"n":2}}`), s, WriteOptions{TTL: time.Minute, Token: NewToken()})
+		if err != nil || out != Buffered || seq <= seq1 {
+			t.Fatalf("inc: seq %d %v %v", seq, out, err)
+		}
+		seqs = append(seqs, seq)
+	}
+	// The cached hash was updated in place by the script.
+	r, err := b.Read(ctx, "c", "1", NewToken())
+	if err != nil || !r.Hit || string(r.Doc["n"]) != "7" {
+		t.Fatalf("read: %+v %v; want a hit with n=7", r, err)
+	}
+	st, _ := b.Stats(ctx)
+	if st.PendingChanges != 4 || st.PendingDocuments != 1 || st.PinnedBytes <= 0 {
+		t.Fatalf("stats after 4 writes: %+v", st)
+	}
+	n, err := b.Trim(ctx, b.Partition("c", "1"), []Applied{{Member: Member("c", "1"), LastSeq: seqs[0]}})
+	if err != nil || n != 2 {
+		t.Fatalf("trim: %d %v; want 2 removed", n, err)
+	}
+	cs, _ := b.Changes(ctx, b.Partition("c", "1"), []string{Member("c", "1")}, 100)
+	if len(cs[0]) != 2 || cs[0][0].Seq != seqs[1] {
+		t.Fatalf("after trim: %+v", cs[0])
+	}
+	if _, err := b.Reject(ctx, "c", "1", seqs[2], &DeadLetter{Collection: "c", ID: "1", Seq: seqs[2], Error: "boom", Changes: json.RawMessage(`[]`)}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = b.Stats(ctx)
+	if st.PendingChanges != 0 || st.PendingDocuments != 0 || st.PinnedBytes != 0 || st.DeadLetters != 1 {
+		t.Fatalf("stats after trim+reject: %+v; want all 0 but one dead letter", st)
+	}
+	if r, _ := b.Read(ctx, "c", "1", NewToken()); r.Hit {
+		t.Fatal("the rejected changes' cache entry survived")
+	}
+	dls, err := b.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 1 || dls[0].Error != "boom" {
+		t.Fatalf("dead letters: %+v %v", dls, err)
+	}
+}
+
+// A patch of an uncached, non-pending document needs its base; a write
+// between the two calls voids the token; a missing base is NotFound.
+func TestPatchNeedsBaseAndVoid(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	inc := mustParse(t, s, `{"$inc":{"n":1}}`)
+	tok := NewToken()
+	_, out, _ := b.Write(ctx, "c", "2", inc, s, WriteOptions{Token: tok})
+	if out != NeedBase {
+		t.Fatalf("first call: %v, want NeedBase", out)
+	}
+	// A concurrent PUT slips in.
+	put, _ := change.ParsePut(s, "2", []byte(`{"n":10}`))
+	if _, out, _ := b.Write(ctx, "c", "2", put, s, WriteOptions{}); out != Buffered {
+		t.Fatal(out)
+	}
+	b.Evict(ctx, "c", "2")
+	base := change.Doc{"id": json.RawMessage("2"), "n": json.RawMessage("0"), "f": json.RawMessage("null")}
+	// The PUT is pending now, so existence is known from the buffer and the
+	// stale base is ignored.
+	if _, out, _ := b.Write(ctx, "c", "2", inc, s, WriteOptions{Token: tok, HaveBase: true, Base: base}); out != Buffered {
+		t.Fatalf("with a pending put: %v", out)
+	}
+	// Fresh document: the token is voided by a write between the calls.
+	tok = NewToken()
+	if _, out, _ := b.Write(ctx, "c", "3", inc, s, WriteOptions{Token: tok}); out != NeedBase {
+		t.Fatal(out)
+	}
+	if _, err := b.rdb.Del(ctx, b.ileaseKey(b.Partition("c", "3"), Member("c", "3"))).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _ := b.Write(ctx, "c", "3", inc, s, WriteOptions{Token: tok, HaveBase: true, Base: base}); out != Voided {
+		t.Fatalf("after the lease was voided: %v, want Voided", out)
+	}
+	tok = NewToken()
+	b.Write(ctx, "c", "4", inc, s, WriteOptions{Token: tok})
+	if _, out, _ := b.Write(ctx, "c", "4", inc, s, WriteOptions{Token: tok, HaveBase: true}); out != NotFound {
+		t.Fatalf("no row: %v, want NotFound", out)
+	}
+	if keys, _ := b.rdb.Keys(ctx, b.prefix+":*:i:*").Result(); len(keys) != 0 {
+		t.Errorf("I leases left behind: %v", keys)
+	}
+}
+
+// A fill installs only while its I lease holds.
+func TestFillOnlyWithValidLease(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	doc := change.Doc{"id": json.RawMessage("5"), "n": json.RawMessage("1"), "f": json.RawMessage("null")}
+	tok := NewToken()
+	if r, _ := b.Read(ctx, "c", "5", tok); r.Hit {
+		t.Fatal("hit on an empty cache")
+	}
+	put, _ := change.ParsePut(s, "5", []byte(`{"n":2}`))
+	b.Write(ctx, "c", "5", put, s, WriteOptions{Invalidate: true})
+	if ok, _ := b.Fill(ctx, "c", "5", tok, doc, time.Minute); ok {
+		t.Fatal("a fill installed a value older than a write that came after its miss")
+	}
+	tok = NewToken()
+	b.Read(ctx, "c", "5", tok)
+	if ok, _ := b.Fill(ctx, "c", "5", tok, doc, time.Minute); !ok {
+		t.Fatal("a fill with a valid lease was refused")
+	}
+}
+
+func TestOwnershipLeases(t *testing.T) {
+	b, ctx := newTestBuffer(t), context.Background()
+	if ok, _ := b.Acquire(ctx, 1, "a", time.Second); !ok {
+		t.Fatal("a could not take a free partition")
+	}
+	if ok, _ := b.Acquire(ctx, 1, "b", time.Second); ok {
+		t.Fatal("b took a partition a owns")
+	}
+	if ok, _ := b.Acquire(ctx, 1, "a", time.Second); !ok {
+		t.Fatal("a could not renew")
+	}
+	b.Release(ctx, 1, "b") // not b's: no effect
+	if ok, _ := b.Acquire(ctx, 1, "b", time.Second); ok {
+		t.Fatal("b's release freed a's partition")
+	}
+	b.Release(ctx, 1, "a")
+	if ok, _ := b.Acquire(ctx, 1, "b", time.Second); !ok {
+		t.Fatal("b could not take a released partition")
+	}
+	if n, _ := b.Heartbeat(ctx, "a", time.Second); n != 1 {
+		t.Fatalf("live = %d", n)
+	}
+	if n, _ := b.Heartbeat(ctx, "b", time.Second); n != 2 {
+		t.Fatalf("live = %d", n)
+	}
+	b.Leave(ctx, "a")
+	if n, _ := b.Heartbeat(ctx, "b", time.Second); n != 1 {
+		t.Fatalf("live after a left = %d", n)
+	}
+	if err := b.RaiseSeq(ctx, 2, 100); err != nil {
+		t.Fatal(err)
+	}
+	// Sequences continue above what the store recorded as applied.
+	s := schema(t)
+	id := "0"
+	for i := 0; b.Partition("c", id) != 2; i++ {
+		id = fmt.Sprint(i)
+	}
+	put, _ := change.ParsePut(s, id, []byte(`{}`))
+	if seq, _, _ := b.Write(ctx, "c", id, put, s, WriteOptions{}); seq != 101 {
+		t.Fatalf("seq after RaiseSeq(100) = %d, want 101", seq)
+	}
+}
