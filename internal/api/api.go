@@ -32,6 +32,9 @@ import (
 	"github.com/writeback/writeback/pkg/client"
 )
 
+// RequestTimeout bounds every request but flush, which has its own.
+const RequestTimeout = 30 * time.Second
+
 // Options configure the handler.
 type Options struct {
 	Token        string // bearer token required on /v1 when not empty
@@ -116,6 +119,13 @@ func (h *Handler) route(pattern, op string, fn func(http.ResponseWriter, *http.R
 			err = apiError(http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token; send Authorization: Bearer <token>")
 		} else {
 			r.Body = http.MaxBytesReader(sw, r.Body, h.opt.MaxBodyBytes)
+			if op != "flush" {
+				// Bounded requests are part of the applied-records
+				// compaction's safety argument (bgt.compactApplied).
+				ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+				defer cancel()
+				r = r.WithContext(ctx)
+			}
 			err = fn(sw, r)
 		}
 		if err != nil {

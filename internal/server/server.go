@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		Stores:       s.stores,
 		Warnings:     func() []string { return s.warnings },
 	}, s.svc, s.app, s.buf, s.m, reg, log)
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %v; choose a free address with --listen", cfg.Listen, err)

@@ -37,6 +37,8 @@ type myTableInfo struct {
 	// use the primary key's index; MariaDB does not see through a COLLATE
 	// clause, not even a redundant one.
 	bytewiseKey bool
+	// keyCollation is the key column's collation ("" for non-text keys).
+	keyCollation string
 	// otherUnique: a unique index besides the primary key exists.
 	// ON DUPLICATE KEY UPDATE fires on a conflict in ANY unique index, so a
 	// put whose value collides with another row's would overwrite that
@@ -248,6 +250,12 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SE
 	if err != nil {
 		return nil, wrapErr("describe "+table, err, myPermanent)
 	}
+	// Under a case- or accent-insensitive collation "abc" and "ABC" are one
+	// row but two documents to the cache, with two buffered writes applied
+	// in no common order: refuse rather than serve stale or reordered data.
+	if c := info.keyCollation; t.Schema.KeyType() == change.TypeText && c != "" && !strings.HasSuffix(c, "_bin") && c != "binary" {
+		return nil, &Error{Permanent: true, Err: fmt.Errorf("store: the key column %s of %s uses the collation %s, under which ids that differ in case name one row; give it a binary collation (ALTER TABLE %s MODIFY %s … COLLATE utf8mb4_bin)", key, table, c, table, key)}
+	}
 	s.tables.Store(table, info)
 	return t, nil
 }
@@ -279,7 +287,7 @@ func (s *myStore) lookupTableInfo(ctx context.Context, table, key string) (myTab
 	if err != nil {
 		return myTableInfo{}, err
 	}
-	return myTableInfo{bytewiseKey: bytewiseCollation(collation), otherUnique: unique > 0}, nil
+	return myTableInfo{bytewiseKey: bytewiseCollation(collation), keyCollation: collation, otherUnique: unique > 0}, nil
 }
 
 // jsonColumns returns the columns of a MariaDB table that a json_valid
