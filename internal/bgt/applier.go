@@ -43,6 +43,9 @@ type Config struct {
 	CompactEvery time.Duration // applied-records compaction period (default 1 min)
 }
 
+// batchTimeout bounds one batch: reading it, the store transaction, the trim.
+const batchTimeout = 30 * time.Second
+
 // Applier applies buffered writes. Create it with New, call Prepare once,
 // then Run.
 type Applier struct {
@@ -318,7 +321,12 @@ func (a *Applier) worker(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case p := <-a.work:
-			n, full, err := a.ApplyPartition(ctx, p)
+			// A batch that has started finishes even if shutdown begins
+			// meanwhile (bounded), so that a SIGTERM does not turn into
+			// replays for the sidecar that takes the partition over.
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+			n, full, err := a.ApplyPartition(bctx, p)
+			cancel()
 			a.mu.Lock()
 			delete(a.busy, p)
 			if err != nil {

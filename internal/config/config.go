@@ -62,6 +62,7 @@ const (
 type Store struct {
 	Driver   string `yaml:"driver"`   // postgres | mysql | mongodb
 	DSN      string `yaml:"dsn"`      // postgres and mysql
+	DSNEnv   string `yaml:"dsnEnv"`   // or: the environment variable holding the DSN (or URI), e.g. from a Kubernetes Secret
 	URI      string `yaml:"uri"`      // mongodb
 	Database string `yaml:"database"` // mongodb
 	MaxConns int    `yaml:"maxConns"` // connection pool size

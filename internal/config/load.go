@@ -60,8 +60,36 @@ func Load(path string, lookupEnv func(string) (string, bool), flags *pflag.FlagS
 			}
 		}
 	}
+	if err := cfg.resolveDSNEnv(lookupEnv); err != nil {
+		return nil, err
+	}
 	cfg.fillDerived()
 	return cfg, nil
+}
+
+// resolveDSNEnv fills each store's DSN (or MongoDB URI) from the
+// environment variable its dsnEnv names, so that secrets stay out of the
+// file. A dsn (or uri) written in the file wins over dsnEnv.
+func (c *Config) resolveDSNEnv(lookupEnv func(string) (string, bool)) error {
+	for _, name := range sortedKeys(c.Stores) {
+		s := c.Stores[name]
+		if s.DSNEnv == "" {
+			continue
+		}
+		v, ok := lookupEnv(s.DSNEnv)
+		if !ok || v == "" {
+			return fmt.Errorf("stores.%s.dsnEnv: the environment variable %s is not set; set it to the store's DSN or remove dsnEnv", name, s.DSNEnv)
+		}
+		if s.Driver == DriverMongoDB {
+			if s.URI == "" {
+				s.URI = v
+			}
+		} else if s.DSN == "" {
+			s.DSN = v
+		}
+		c.Stores[name] = s
+	}
+	return nil
 }
 
 // Parse builds a configuration from YAML on top of the defaults, without
@@ -75,6 +103,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	cfg.fillDerived()
 	return cfg, nil
 }
+
 
 func lookupFlag(fs *pflag.FlagSet, name string) *pflag.Flag {
 	if fs == nil {

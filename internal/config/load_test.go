@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -390,9 +391,9 @@ func TestLoadStructuralErrors(t *testing.T) {
 		{"mapping where a value belongs", "listen: {a: b}\n", "f.yaml:1: listen: want a single value, not a list or a mapping"},
 		{"bool", "redis: {replicas: yes}\n", `f.yaml:1: redis.replicas: "yes" is not a whole number`},
 		{"list element", "queues: {bank: {store: pg, tables: [a, [b]]}}\n", "f.yaml:1: queues.bank.tables[1]: want a single value, not a list or a mapping"},
-		{"unknown key in a store", "stores: {pg: {driver: postgres, dns: x}}\n", "f.yaml:1: stores.pg.dns is not a known key; remove it or fix its spelling (stores.pg takes: database, driver, dsn, maxConns, uri)"},
+		{"unknown key in a store", "stores: {pg: {driver: postgres, dns: x}}\n", "f.yaml:1: stores.pg.dns is not a known key; remove it or fix its spelling (stores.pg takes: database, driver, dsn, dsnEnv, maxConns, uri)"},
 		{"empty collection", "collections:\n  u:\n", "f.yaml:2: collections.u: the entry is empty; fill it in (cacheTTL, key, policy, store, table) or remove it"},
-		{"empty store", "stores: {pg: }\n", "f.yaml:1: stores.pg: the entry is empty; fill it in (database, driver, dsn, maxConns, uri) or remove it"},
+		{"empty store", "stores: {pg: }\n", "f.yaml:1: stores.pg: the entry is empty; fill it in (database, driver, dsn, dsnEnv, maxConns, uri) or remove it"},
 		{"two documents", "listen: a:1\n---\nlisten: b:2\n", "config file f.yaml holds more than one YAML document; keep only one (remove the extra ---)"},
 		{"unknown key through a merge", "collections:\n  a: &c {key: id}\n  b: {<<: *c, polcy: x}\n", "f.yaml:3: collections.b.polcy is not a known key; remove it or fix its spelling (collections.b takes: cacheTTL, key, policy, store, table)"},
 	}
@@ -454,4 +455,18 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func TestEnvName(t *testing.T) {
 	assert.Equal(t, "WRITEBACK_REDIS_MASTER_NAME", EnvName("redis-master-name"))
 	assert.Equal(t, "WRITEBACK_PARTITIONS", EnvName("partitions"))
+}
+
+func TestDSNFromEnv(t *testing.T) {
+	path := t.TempDir() + "/c.yaml"
+	yml := "redis: {addrs: [127.0.0.1:6379]}\nstores:\n  pg: {driver: postgres, dsnEnv: PG_DSN}\ncollections:\n  c: {store: pg, key: id}\n"
+	require.NoError(t, os.WriteFile(path, []byte(yml), 0o600))
+	env := map[string]string{"PG_DSN": "postgres://x@h/db"}
+	cfg, err := Load(path, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "postgres://x@h/db", cfg.Stores["pg"].DSN)
+	require.NoError(t, cfg.Validate())
+	_, err = Load(path, func(string) (string, bool) { return "", false }, nil)
+	require.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "PG_DSN is not set"), err.Error())
 }

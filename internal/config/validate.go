@@ -91,7 +91,7 @@ func (c *Config) validateStores(v *validator) {
 		switch s.Driver {
 		case DriverPostgres, DriverMySQL:
 			if s.DSN == "" {
-				v.addf("%s.dsn: a %s store needs a DSN; set dsn like %q", p, s.Driver, dsnExample[s.Driver])
+				v.addf("%s.dsn: a %s store needs a DSN; set dsn like %q, or dsnEnv to the environment variable that holds it", p, s.Driver, dsnExample[s.Driver])
 			}
 		case DriverMongoDB:
 			if s.URI == "" {
