@@ -1,6 +1,7 @@
 package bgt
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -106,4 +107,20 @@ func TestOwnershipConverges(t *testing.T) {
 		t.Fatalf("after c died, %d of %d partitions owned", len(owner), parts)
 	}
 	_ = time.Second
+}
+
+func TestPickRoundRobin(t *testing.T) {
+	lists := [][]string{{"a1", "a2", "a3"}, {"b1"}, {}, {"d1", "d2"}}
+	got := Pick([]int{0, 1, 2, 3}, lists, 5)
+	var names []string
+	for _, r := range got {
+		names = append(names, fmt.Sprintf("%d:%s", r.Part, r.Member))
+	}
+	want := []string{"0:a1", "1:b1", "3:d1", "0:a2", "3:d2"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("Pick = %v, want %v", names, want)
+	}
+	if n := len(Pick([]int{0, 1, 2, 3}, lists, 100)); n != 6 {
+		t.Fatalf("Pick with room for all = %d docs, want 6", n)
+	}
 }

@@ -255,35 +255,54 @@ func (b *Buffer) Evict(ctx context.Context, coll, id string) error {
 	return b.rdb.Del(ctx, b.cacheKey(part, Member(coll, id))).Err()
 }
 
-// PendingDocs returns up to limit pending documents of a partition, the
-// longest pending first.
-func (b *Buffer) PendingDocs(ctx context.Context, part, limit int) ([]string, error) {
-	ms, err := b.rdb.ZRange(ctx, b.pendingKey(part), 0, int64(limit-1)).Result()
-	if err != nil {
+// PendingDocs returns, for each of parts, up to limit of its pending
+// documents, the longest pending first, in one round trip.
+func (b *Buffer) PendingDocs(ctx context.Context, parts []int, limit int) ([][]string, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.ZRange(ctx, b.pendingKey(p), 0, int64(limit-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("buffer: pending: %w", err)
 	}
-	return ms, nil
+	out := make([][]string, len(parts))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
 }
 
-// Changes returns the buffered writes of members (of one partition), at most
-// max changes each, in one round trip.
-func (b *Buffer) Changes(ctx context.Context, part int, members []string, max int) ([][]change.Change, error) {
+// DocRef names a document in the pending index: its partition and member.
+type DocRef struct {
+	Part   int
+	Member string
+}
+
+// Ref returns the DocRef of a document.
+func (b *Buffer) Ref(coll, id string) DocRef {
+	return DocRef{Part: b.Partition(coll, id), Member: Member(coll, id)}
+}
+
+// Changes returns the buffered writes of docs, at most max changes each, in
+// one round trip.
+func (b *Buffer) Changes(ctx context.Context, docs []DocRef, max int) ([][]change.Change, error) {
 	pipe := b.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(members))
-	for i, m := range members {
-		cmds[i] = pipe.LRange(ctx, b.bwKey(part, m), 0, int64(max-1))
+	cmds := make([]*redis.StringSliceCmd, len(docs))
+	for i, d := range docs {
+		cmds[i] = pipe.LRange(ctx, b.bwKey(d.Part, d.Member), 0, int64(max-1))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("buffer: changes: %w", err)
 	}
-	out := make([][]change.Change, len(members))
+	out := make([][]change.Change, len(docs))
 	for i, cmd := range cmds {
 		entries := cmd.Val()
 		cs := make([]change.Change, 0, len(entries))
 		for _, e := range entries {
 			c, err := change.Decode(e)
 			if err != nil {
-				return nil, fmt.Errorf("buffer: %s: %w", members[i], err)
+				return nil, fmt.Errorf("buffer: %s: %w", docs[i].Member, err)
 			}
 			cs = append(cs, c)
 		}
@@ -294,28 +313,69 @@ func (b *Buffer) Changes(ctx context.Context, part int, members []string, max in
 
 // Applied names a document and the last seq the store has applied for it.
 type Applied struct {
-	Member  string
+	DocRef
 	LastSeq int64
 }
 
-// Trim removes, for each document of partition part, the buffered changes
-// up to and including its LastSeq (changes buffered since stay), unpins
-// emptied buffered writes and keeps the counters exact. It returns how many
-// changes it removed.
-func (b *Buffer) Trim(ctx context.Context, part int, done []Applied) (int64, error) {
+// Trim removes, for each document, the buffered changes up to and including
+// its LastSeq (changes buffered since stay), unpins emptied buffered writes
+// and keeps the counters exact: one script per partition, all in one round
+// trip. It returns how many changes it removed.
+func (b *Buffer) Trim(ctx context.Context, done []Applied) (int64, error) {
 	if len(done) == 0 {
 		return 0, nil
 	}
-	keys := make([]string, 0, 2+len(done))
-	keys = append(keys, b.pendingKey(part), b.statsKey(part))
-	args := make([]any, 0, 2*len(done))
+	byPart := map[int][]Applied{}
 	for _, d := range done {
-		keys = append(keys, b.bwKey(part, d.Member))
-		args = append(args, d.Member, d.LastSeq)
+		byPart[d.Part] = append(byPart[d.Part], d)
 	}
-	n, err := trimScript.Run(ctx, b.rdb, keys, args...).Int64()
-	if err != nil {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, 0, len(byPart))
+	for part, ds := range byPart {
+		keys := make([]string, 0, 2+len(ds))
+		keys = append(keys, b.pendingKey(part), b.statsKey(part))
+		args := make([]any, 0, 2*len(ds))
+		for _, d := range ds {
+			keys = append(keys, b.bwKey(part, d.Member))
+			args = append(args, d.Member, d.LastSeq)
+		}
+		cmds = append(cmds, trimScript.EvalSha(ctx, pipe, keys, args...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
 		return 0, fmt.Errorf("buffer: trim: %w", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		if isNoScript(c.Err()) {
+			// First use on this server: Run loads the script. Trims are
+			// idempotent, so redoing the ones that ran is harmless.
+			return b.trimSlow(ctx, byPart)
+		}
+		v, _ := c.Int64()
+		n += v
+	}
+	return n, nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// trimSlow runs the trims one by one with Run, which loads the script.
+func (b *Buffer) trimSlow(ctx context.Context, byPart map[int][]Applied) (int64, error) {
+	var n int64
+	for part, ds := range byPart {
+		keys := []string{b.pendingKey(part), b.statsKey(part)}
+		args := make([]any, 0, 2*len(ds))
+		for _, d := range ds {
+			keys = append(keys, b.bwKey(part, d.Member))
+			args = append(args, d.Member, d.LastSeq)
+		}
+		v, err := trimScript.Run(ctx, b.rdb, keys, args...).Int64()
+		if err != nil {
+			return n, fmt.Errorf("buffer: trim: %w", err)
+		}
+		n += v
 	}
 	return n, nil
 }

@@ -72,11 +72,11 @@ func TestCountersTrimAndReject(t *testing.T) {
 	if st.PendingChanges != 4 || st.PendingDocuments != 1 || st.PinnedBytes <= 0 {
 		t.Fatalf("stats after 4 writes: %+v", st)
 	}
-	n, err := b.Trim(ctx, b.Partition("c", "1"), []Applied{{Member: Member("c", "1"), LastSeq: seqs[0]}})
+	n, err := b.Trim(ctx, []Applied{{DocRef: b.Ref("c", "1"), LastSeq: seqs[0]}})
 	if err != nil || n != 2 {
 		t.Fatalf("trim: %d %v; want 2 removed", n, err)
 	}
-	cs, _ := b.Changes(ctx, b.Partition("c", "1"), []string{Member("c", "1")}, 100)
+	cs, _ := b.Changes(ctx, []DocRef{b.Ref("c", "1")}, 100)
 	if len(cs[0]) != 2 || cs[0][0].Seq != seqs[1] {
 		t.Fatalf("after trim: %+v", cs[0])
 	}
