@@ -61,7 +61,7 @@ type Applier struct {
 	m     *metrics.Metrics
 	log   *slog.Logger
 
-	work []chan []int   // per worker: the partitions of its next round
+	work []chan []int  // per worker: the partitions of its next round
 	kick chan struct{} // a worker found more work than one round took
 
 	mu       sync.Mutex // guards owned, busy, failures, retryAt, live, idle

@@ -104,7 +104,6 @@ func Parse(name string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-
 func lookupFlag(fs *pflag.FlagSet, name string) *pflag.Flag {
 	if fs == nil {
 		return nil
