@@ -64,3 +64,38 @@ define run_fuzz
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(1) "$$pkg"; \
 	done
 endef
+
+# ---------------------------------------------------------------------------
+# chart-test: the Helm chart in helm/writeback. Helm is built from the Go
+# module proxy at a pinned version into bin/helm (skipped when bin/helm already
+# reports that version), with the link flags of Helm's own release builds so
+# that it reports its version and defaults to the Kubernetes version it was
+# built against (v3.17.x: client-go v0.32 -> Kubernetes 1.32) instead of 1.20.
+HELM_VERSION := v3.17.4
+HELM_K8S_MINOR := 32
+CHART := helm/writeback
+CHART_EXAMPLES = $(sort $(wildcard $(CHART)/examples/*.yaml))
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
+
+.PHONY: chart-test helm-bin
+
+helm-bin:
+	@if [ -x bin/helm ] && [ "$$(bin/helm version --template '{{.Version}}' 2>/dev/null)" = "$(HELM_VERSION)" ]; then \
+		echo "bin/helm $(HELM_VERSION) (cached)"; \
+	else \
+		echo "building bin/helm $(HELM_VERSION) from the Go module proxy (the first build takes a few minutes)"; \
+		GOBIN=$(CURDIR)/bin $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) || exit 1; \
+		test "$$(bin/helm version --template '{{.Version}}')" = "$(HELM_VERSION)" || { echo "bin/helm does not report $(HELM_VERSION)" >&2; exit 1; }; \
+	fi
+
+chart-test: helm-bin
+	@set -e; test -n "$(CHART_EXAMPLES)" || { echo "no values examples in $(CHART)/examples" >&2; exit 1; }; \
+	for f in $(CHART_EXAMPLES); do \
+		echo "helm lint --strict $(CHART) -f $$f"; \
+		bin/helm lint --strict --quiet $(CHART) -f $$f; \
+		echo "helm template $(CHART) -f $$f"; \
+		bin/helm template writeback $(CHART) -f $$f >/dev/null; \
+	done
+	cd deploy/charttest && $(GO) test -count=1 ./...

@@ -180,6 +180,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	defer own.Stop()
 	defer poll.Stop()
 	defer compact.Stop()
+	idle, skip := 0, 0
 loop:
 	for {
 		select {
@@ -188,9 +189,22 @@ loop:
 		case <-own.C:
 			a.tickOwnership(ctx)
 		case <-poll.C:
-			a.dispatch(ctx)
+			// Idle partitions are polled less and less often (down to one
+			// tick in 8): polling all of them every tick costs CPU for
+			// nothing, and write-back has no deadline to apply.
+			if skip > 0 {
+				skip--
+				continue
+			}
+			if a.dispatch(ctx) {
+				idle = 0
+			} else {
+				idle = min(idle+1, 7)
+				skip = idle
+			}
 		case <-a.kick:
 			a.dispatch(ctx)
+			idle, skip = 0, 0
 		case <-compact.C:
 			if a.isOwned(0) {
 				a.compactApplied(ctx)
@@ -293,8 +307,8 @@ func (a *Applier) setOwned(p int, on bool) {
 }
 
 // dispatch hands each idle worker the owned partitions it serves that have
-// pending documents.
-func (a *Applier) dispatch(ctx context.Context) {
+// pending documents. It reports whether any partition had work.
+func (a *Applier) dispatch(ctx context.Context) bool {
 	now := time.Now()
 	a.mu.Lock()
 	var parts []int
@@ -305,7 +319,7 @@ func (a *Applier) dispatch(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	if len(parts) == 0 {
-		return
+		return true // every partition with work is being applied
 	}
 	sort.Ints(parts)
 	counts, err := a.buf.PendingCounts(ctx, parts)
@@ -313,11 +327,13 @@ func (a *Applier) dispatch(ctx context.Context) {
 		if ctx.Err() == nil {
 			a.log.Warn("polling pending partitions", "err", err)
 		}
-		return
+		return false
 	}
 	groups := make([][]int, a.cfg.Workers)
+	found := false
 	for i, p := range parts {
 		if counts[i] > 0 {
+			found = true
 			groups[p%a.cfg.Workers] = append(groups[p%a.cfg.Workers], p)
 		}
 	}
@@ -333,8 +349,8 @@ func (a *Applier) dispatch(ctx context.Context) {
 			a.work[w] <- g // capacity 1 and the busy mark make this never block
 		}
 	}
+	return found
 }
-
 func (a *Applier) worker(ctx context.Context, w int) {
 	for {
 		select {
@@ -721,7 +737,9 @@ func (a *Applier) compactApplied(ctx context.Context) {
 			}
 			var del []store.AppliedRecord
 			for i, r := range recs {
-				if has[i] {
+				// Another deployment's collections in the same database
+				// are not ours to judge: their buffers live elsewhere.
+				if has[i] || a.colls[r.Collection] == nil {
 					continue
 				}
 				if prev[r] {

@@ -141,7 +141,7 @@ func Default() *Config {
 			BatchSize:         128,
 			LeaseLifetime:     Duration{500 * time.Millisecond},
 			OwnerLease:        Duration{3 * time.Second},
-			PollInterval:      Duration{20 * time.Millisecond},
+			PollInterval:      Duration{100 * time.Millisecond},
 			MaxRetries:        5,
 			RetryBackoff:      Duration{100 * time.Millisecond},
 			PinnedMemoryLimit: 1 * GiB,

@@ -49,7 +49,7 @@ func TestLoadDefaults(t *testing.T) {
 			assert.Equal(t, Writeback{
 				Partitions: 64, Workers: 4, BatchSize: 128,
 				LeaseLifetime: Duration{500 * time.Millisecond}, OwnerLease: Duration{3 * time.Second},
-				PollInterval: Duration{20 * time.Millisecond}, MaxRetries: 5,
+				PollInterval: Duration{100 * time.Millisecond}, MaxRetries: 5,
 				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30,
 				InstanceID: got.Writeback.InstanceID,
 			}, got.Writeback)
@@ -242,7 +242,7 @@ func TestLoadPrecedence(t *testing.T) {
 				}, c.Redis)
 				assert.Equal(t, Writeback{
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond},
-					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{20 * time.Millisecond},
+					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					InstanceID: "i",
 				}, c.Writeback)
@@ -269,7 +269,7 @@ func TestLoadPrecedence(t *testing.T) {
 				}, c.Redis)
 				assert.Equal(t, Writeback{
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond},
-					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{20 * time.Millisecond},
+					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					InstanceID: "i",
 				}, c.Writeback)

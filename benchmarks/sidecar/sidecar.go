@@ -1,0 +1,318 @@
+// Package sidecar runs a writeback sidecar inside a benchmark's process: one
+// collection over one table with a chosen write policy, a fresh Redis key
+// prefix of its own, listening on a free loopback port. It gives the
+// benchmark a ycsb.Client speaking the HTTP API through pkg/client, drains
+// the buffer on request, and deletes its Redis keys when done. It never
+// touches keys outside its prefix.
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/benchmarks/ycsb"
+	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/internal/server"
+	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// Options say what the sidecar serves.
+type Options struct {
+	Policy     string // write-back | write-through | write-around
+	Driver     string // postgres | mysql
+	DSN        string
+	RedisAddr  string // host:port
+	Collection string // collection name; also the table's
+	Key        string // the table's key column
+	// PrefixBase starts the Redis key prefix, "<base>-<policy>-<random>";
+	// default "bench".
+	PrefixBase string
+	// Log receives the sidecar's log; default: warnings and errors to
+	// stderr.
+	Log *slog.Logger
+	// Configure, if set, adjusts the configuration before it is validated.
+	Configure func(*config.Config)
+}
+
+// Sidecar is a running in-process sidecar.
+type Sidecar struct {
+	Client *client.Client // of this sidecar's API
+	Prefix string         // Redis key prefix of everything it stores
+
+	coll   string
+	reg    *prometheus.Registry
+	srv    *server.Server
+	rdb    *redis.Client
+	cancel context.CancelFunc
+	done   chan error // Run's result; closed after
+}
+
+// Start builds the sidecar, binds a free port on 127.0.0.1 and serves in a
+// goroutine until Stop. Failures to reach a service say how to start them.
+func Start(ctx context.Context, o Options) (*Sidecar, error) {
+	if o.PrefixBase == "" {
+		o.PrefixBase = "bench"
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	s := &Sidecar{Prefix: fmt.Sprintf("%s-%s-%s", o.PrefixBase, o.Policy, hex.EncodeToString(rnd[:])), coll: o.Collection}
+
+	s.rdb = redis.NewClient(&redis.Options{Addr: o.RedisAddr})
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err := s.rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		s.rdb.Close()
+		return nil, fmt.Errorf("cannot connect to Redis at %s (%v); start the services with `make services`", o.RedisAddr, err)
+	}
+
+	yml := fmt.Sprintf(`listen: 127.0.0.1:0
+redis:
+  addrs: [%q]
+  keyPrefix: %q
+stores:
+  db: {driver: %s, dsn: %q}
+collections:
+  %s: {store: db, table: %s, key: %s, policy: %s}
+`, o.RedisAddr, s.Prefix, o.Driver, o.DSN, o.Collection, o.Collection, o.Key, o.Policy)
+	cfg, err := config.Parse("sidecar.Options", []byte(yml))
+	if err != nil {
+		s.rdb.Close()
+		return nil, err
+	}
+	if o.Configure != nil {
+		o.Configure(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		s.rdb.Close()
+		return nil, err
+	}
+	s.reg = prometheus.NewRegistry()
+	s.srv, err = server.New(ctx, cfg, s.reg, o.Log)
+	if err != nil {
+		s.rdb.Close()
+		return nil, fmt.Errorf("starting the %s sidecar: %w", o.Policy, err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	s.cancel = stop
+	s.done = make(chan error, 1)
+	go func() {
+		s.done <- s.srv.Run(runCtx)
+		close(s.done)
+	}()
+	s.Client = client.New(s.srv.Addr())
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		err := s.Client.Readyz(rctx)
+		if err == nil {
+			return s, nil
+		}
+		if rctx.Err() != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("the %s sidecar did not become ready: %v", o.Policy, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Addr is the address of the sidecar's API.
+func (s *Sidecar) Addr() string { return s.srv.Addr() }
+
+// Metric reads one of the sidecar's metrics by its full name
+// ("writeback_cache_hits_total"), summed over its label values: for a
+// counter or gauge the value, for a histogram the sum and the count of its
+// observations. A metric with no series reads as zero.
+func (s *Sidecar) Metric(name string) (sum float64, count uint64, err error) {
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += m.Histogram.GetSampleSum()
+				count += m.Histogram.GetSampleCount()
+			}
+		}
+	}
+	return sum, count, nil
+}
+
+// Flush asks the sidecar to apply everything pending, again and again
+// until it reports the buffer drained or ctx ends.
+func (s *Sidecar) Flush(ctx context.Context) (client.FlushResult, error) {
+	var total client.FlushResult
+	for {
+		res, err := s.Client.Flush(ctx, 60*time.Second)
+		total.Applied += res.Applied
+		total.Pending, total.DeadLetters, total.Drained = res.Pending, res.DeadLetters, res.Drained
+		if err != nil {
+			return total, fmt.Errorf("flush: %w", err)
+		}
+		if res.DeadLetters > 0 {
+			return total, fmt.Errorf("flush: %d changes are dead letters: the store rejected them", res.DeadLetters)
+		}
+		if res.Drained && res.Pending == 0 {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("flush: %d changes still pending: %w", res.Pending, err)
+		}
+	}
+}
+
+// Stop shuts the sidecar down gracefully and waits until it has.
+func (s *Sidecar) Stop() error {
+	if s.cancel == nil {
+		return nil
+	}
+	s.cancel()
+	s.cancel = nil
+	return <-s.done
+}
+
+// DeleteKeys deletes every Redis key under the sidecar's prefix and returns
+// how many there were. Call it after Stop, or the appliers may write more.
+func (s *Sidecar) DeleteKeys(ctx context.Context) (int64, error) {
+	var n int64
+	iter := s.rdb.Scan(ctx, 0, s.Prefix+":*", 1000).Iterator()
+	batch := make([]string, 0, 100) // small UNLINKs: never stall a shared Redis
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		d, err := s.rdb.Unlink(ctx, batch...).Result()
+		n += d
+		batch = batch[:0]
+		return err
+	}
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return n, err
+	}
+	return n, flush()
+}
+
+// Close stops the sidecar and deletes its keys.
+func (s *Sidecar) Close() error {
+	err := s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, derr := s.DeleteKeys(ctx); derr != nil && err == nil {
+		err = fmt.Errorf("deleting the keys of prefix %s: %w", s.Prefix, derr)
+	}
+	s.rdb.Close()
+	return err
+}
+
+// ForgetApplied deletes the store's applied records of a collection
+// (store.AppliedTable). The demo and the benchmarks recreate their tables,
+// so the records of the old rows mean nothing; the sidecar would cope with
+// them anyway, since it raises its sequences above every applied record.
+func ForgetApplied(ctx context.Context, db *ycsb.DB, collection string) error {
+	ok, err := db.TableExists(ctx, store.AppliedTable)
+	if err != nil || !ok {
+		return err
+	}
+	return db.Exec(ctx, "DELETE FROM "+store.AppliedTable+" WHERE collection = "+db.Placeholder(1), collection)
+}
+
+// NewClient returns a ycsb.Client of the sidecar's collection: read = GET
+// /v1/docs/{collection}/{key}, update = PATCH with {"$set":{"field<n>":v}}.
+// A 409 aborted answer is retried after a short backoff, as an application
+// would; any other error is returned.
+func (s *Sidecar) NewClient(fields int) ycsb.Client {
+	names := make([]string, fields)
+	prefixes := make([]string, fields)
+	for i := range names {
+		names[i] = ycsb.FieldName(i)
+		prefixes[i] = `{"$set":{"` + names[i] + `":`
+	}
+	return &docClient{c: s.Client, coll: s.coll, names: names, setPrefix: prefixes}
+}
+
+type docClient struct {
+	c         *client.Client
+	coll      string
+	names     []string
+	setPrefix []string // `{"$set":{"field<n>":`
+}
+
+func (d *docClient) Read(ctx context.Context, key string, decode bool) (ycsb.Row, error) {
+	raw, _, err := d.c.Get(ctx, d.coll, key)
+	if err != nil || !decode {
+		return nil, err
+	}
+	var doc map[string]*string
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", key, err)
+	}
+	row := make(ycsb.Row, len(d.names))
+	for i, n := range d.names {
+		if v := doc[n]; v != nil {
+			row[i] = *v
+		}
+	}
+	return row, nil
+}
+
+func (d *docClient) Update(ctx context.Context, key string, field int, value string) error {
+	v, err := json.Marshal(value)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.Grow(len(d.setPrefix[field]) + len(v) + 2)
+	b.WriteString(d.setPrefix[field])
+	b.Write(v)
+	b.WriteString("}}")
+	body := json.RawMessage(b.String())
+	backoff := time.Millisecond
+	for {
+		_, err := d.c.Patch(ctx, d.coll, key, body)
+		if !client.IsAborted(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+func (d *docClient) Close() error { return nil }
+
+var _ ycsb.Client = (*docClient)(nil)
