@@ -36,6 +36,7 @@ test: services
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
 	$(call run_fuzz,$(FUZZTIME_SHORT))
+	$(MAKE) --no-print-directory chart-test
 
 demo: services
 	$(GO) run ./benchmarks/demo $(DEMOFLAGS)
