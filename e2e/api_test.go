@@ -110,18 +110,31 @@ func TestDeadLetters(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// On document 3 a rejected change sits between two valid ones:
+		// only it may become a dead letter.
+		for _, ops := range []map[string]any{
+			{"$inc": map[string]any{"n": -100}},
+			{"$set": map[string]any{"s": "after"}},
+		} {
+			if _, err := sc.c.Patch(ctx, coll, "3", ops); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	sc.flush(t) // drains: the bad changes are dead letters, the rest applied
 	st, err := sc.c.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.DeadLetters != 2 || len(st.DeadLetterList) != 2 {
-		t.Fatalf("dead letters: %d (%d listed); want 2", st.DeadLetters, len(st.DeadLetterList))
+	if st.DeadLetters != 4 || len(st.DeadLetterList) != 4 {
+		t.Fatalf("dead letters: %d (%d listed); want 4: %+v", st.DeadLetters, len(st.DeadLetterList), st.DeadLetterList)
 	}
 	for _, dl := range st.DeadLetterList {
-		if dl.ID != "1" || dl.Error == "" || !strings.Contains(string(dl.Change), "$inc") {
+		if (dl.ID != "1" && dl.ID != "3") || dl.Error == "" || !strings.Contains(string(dl.Change), "$inc") {
 			t.Errorf("dead letter %+v lacks the id, error or change", dl)
+		}
+		if strings.Contains(string(dl.Change), `"s"`) || strings.Contains(string(dl.Change), `"n":7`) {
+			t.Errorf("a valid change was dead-lettered with the rejected one: %s", dl.Change)
 		}
 	}
 	for _, db := range []string{"pg", "maria"} {
@@ -129,13 +142,16 @@ func TestDeadLetters(t *testing.T) {
 		if rows[1].N != 0 || rows[2].N != 7 || rows[4].N != 7 {
 			t.Errorf("%s rows %+v: want the rejected change absent and the others applied", db, rows)
 		}
+		if rows[3].N != 7 || rows[3].S.String != "after" {
+			t.Errorf("%s row 3 = %+v: want n=7 (the valid $inc before the rejected one) and s=after (the valid $set after it)", db, rows[3])
+		}
 		// The cache entry that contained the rejected change was dropped.
 		if d := getDoc(t, sc.c, e.coll(db), "1"); d["n"] != float64(0) {
 			t.Errorf("%s: read n = %v after the dead letter; want the store's 0", db, d["n"])
 		}
 	}
 	waitFor(t, 5*time.Second, "the dead-letter gauge", func() bool {
-		return metricValue(t, addr, "writeback_dead_letters") == 2
+		return metricValue(t, addr, "writeback_dead_letters") == 4
 	})
 
 	// Write-through: the store's verdict reaches the client.

@@ -8,10 +8,13 @@ package bgt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,8 +43,12 @@ type Config struct {
 	PollInterval time.Duration // how often owned partitions are checked for work
 	MaxRetries   int           // consecutive failures before a batch is split to find the culprit
 	RetryBackoff time.Duration // first backoff; doubles up to 30 s, with jitter
-	CompactEvery time.Duration // applied-records compaction period (default 1 min)
+	CompactEvery time.Duration // applied-records compaction period (at least MinCompactEvery)
 }
+
+// MinCompactEvery is the shortest applied-records compaction period: more
+// than twice the longest request (api.RequestTimeout, 30 s) and batch.
+const MinCompactEvery = 2 * time.Minute
 
 // batchTimeout bounds one batch: reading it, the store transaction, the trim.
 const batchTimeout = 30 * time.Second
@@ -64,13 +71,14 @@ type Applier struct {
 	work []chan []int  // per worker: the partitions of its next round
 	kick chan struct{} // a worker found more work than one round took
 
-	mu       sync.Mutex // guards owned, busy, failures, retryAt, live, idle
+	mu       sync.Mutex // guards owned, busy, failures, retryAt, live, idle, warned
 	owned    map[int]bool
 	busy     []bool // per worker: a round is in flight
 	failures map[int]int
 	retryAt  map[int]time.Time
 	live     int
 	idle     map[store.AppliedRecord]bool // applied records idle at the last compaction round
+	warned   time.Time                    // last warning about unknown collections
 }
 
 // New returns an applier over the given collections.
@@ -78,8 +86,11 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 	if cfg.MaxPerDoc <= 0 {
 		cfg.MaxPerDoc = 1024
 	}
-	if cfg.CompactEvery <= 0 {
-		cfg.CompactEvery = time.Minute
+	// compactApplied is safe only if every read finishes well within one
+	// period (see its comment): keep the period above twice the longest
+	// request.
+	if cfg.CompactEvery < MinCompactEvery {
+		cfg.CompactEvery = MinCompactEvery
 	}
 	if cfg.MaxRetries <= 0 {
 		cfg.MaxRetries = 5
@@ -115,27 +126,28 @@ func (a *Applier) stores() map[string]store.Store {
 }
 
 // Prepare raises every partition's sequence above the highest seq any store
-// recorded as applied. Without it, a Redis that lost its counters would hand
-// out sequence numbers the applied records already cover, and their changes
-// would be skipped as duplicates.
+// recorded as applied, for any document. Without it, a Redis that lost its
+// counters would hand out sequence numbers the applied records already
+// cover, and their changes would be skipped as duplicates. The floor is the
+// global maximum, not each partition's own: after a change of α a document
+// moves to another partition, whose counter must still exceed the
+// document's record.
 func (a *Applier) Prepare(ctx context.Context) error {
-	max := map[int]int64{}
+	var floor int64
 	for name, st := range a.stores() {
 		m, err := st.AppliedMax(ctx)
 		if err != nil {
 			return fmt.Errorf("bgt: reading applied records of store %s: %w", name, err)
 		}
-		for p, s := range m {
-			if s > max[p] {
-				max[p] = s
-			}
+		for _, s := range m {
+			floor = max(floor, s)
 		}
 	}
-	for p, s := range max {
-		if p < 0 || p >= a.buf.Partitions() {
-			continue
-		}
-		if err := a.buf.RaiseSeq(ctx, p, s); err != nil {
+	if floor == 0 {
+		return nil
+	}
+	for p := range a.buf.Partitions() {
+		if err := a.buf.RaiseSeq(ctx, p, floor); err != nil {
 			return fmt.Errorf("bgt: raising sequence of partition %d: %w", p, err)
 		}
 	}
@@ -181,6 +193,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	defer poll.Stop()
 	defer compact.Stop()
 	idle, skip := 0, 0
+	var compacting sync.Mutex // held while a compaction runs
 loop:
 	for {
 		select {
@@ -206,8 +219,15 @@ loop:
 			a.dispatch(ctx)
 			idle, skip = 0, 0
 		case <-compact.C:
-			if a.isOwned(0) {
-				a.compactApplied(ctx)
+			// In its own goroutine: a long compaction must not delay the
+			// ownership renewals and dispatches of this loop.
+			if a.isOwned(0) && compacting.TryLock() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer compacting.Unlock()
+					a.compactApplied(ctx)
+				}()
 			}
 		}
 	}
@@ -426,16 +446,31 @@ func Pick(parts []int, lists [][]string, limit int) []buffer.DocRef {
 // per store, then trims what was applied. full reports that more documents
 // were pending than the round took.
 func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, full bool, err error) {
-	lists, err := a.buf.PendingDocs(ctx, parts, a.cfg.BatchSize)
+	// Read past documents of collections this sidecar does not serve (a
+	// collection removed from the config while it had pending writes; or
+	// another deployment's): they must not hide the ones it does serve.
+	lists, err := a.buf.PendingDocs(ctx, parts, 2*a.cfg.BatchSize)
 	if err != nil {
 		return 0, false, err
+	}
+	for i, l := range lists {
+		kept := l[:0]
+		for _, m := range l {
+			if coll, _ := buffer.SplitMember(m); a.colls[coll] != nil {
+				kept = append(kept, m)
+			}
+		}
+		if len(kept) < len(l) {
+			a.warnUnknown(len(l) - len(kept))
+		}
+		lists[i] = kept
 	}
 	refs := Pick(parts, lists, a.cfg.BatchSize)
 	if len(refs) == 0 {
 		return 0, false, nil
 	}
 	for _, l := range lists {
-		full = full || len(l) == a.cfg.BatchSize
+		full = full || len(l) >= a.cfg.BatchSize
 	}
 	full = full || len(refs) == a.cfg.BatchSize
 	changes, err := a.buf.Changes(ctx, refs, a.cfg.MaxPerDoc)
@@ -477,6 +512,20 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 	return applied, full, firstErr
 }
 
+// warnUnknown logs, at most once a minute, that pending documents belong to
+// collections this sidecar is not configured for.
+func (a *Applier) warnUnknown(n int) {
+	a.mu.Lock()
+	due := time.Since(a.warned) > time.Minute
+	if due {
+		a.warned = time.Now()
+	}
+	a.mu.Unlock()
+	if due {
+		a.log.Warn("pending documents belong to collections this sidecar does not serve; configure them or flush them from a sidecar that does", "documents", n)
+	}
+}
+
 func (a *Applier) maxFailures(parts []int) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -487,10 +536,14 @@ func (a *Applier) maxFailures(parts []int) int {
 	return m
 }
 
-// applyWrites applies writes to one store in one transaction. A permanent
-// error, or MaxRetries transient ones while the store still answers pings,
-// splits the batch to apply documents one by one and dead-letter the ones
-// the store rejects.
+// applyWrites applies writes to one store in one transaction. When the
+// store rejects the batch for good (a permanent error), the batch is split
+// to find the culprits: documents are applied one by one, and a document the
+// store rejects is applied change by change, so that only the changes the
+// store refuses become dead letters — never the valid changes around them,
+// never changes an earlier attempt already applied. Transient errors (the
+// store down, read-only, timing out …) never dead-letter anything: the
+// round fails and is retried with backoff until the store recovers.
 func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []store.Write, fails int) (int, []buffer.Applied, error) {
 	st := a.colls[writes[0].Collection].Store
 	results, err := a.apply(ctx, st, writes)
@@ -498,13 +551,14 @@ func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []st
 		return a.account(writes, results)
 	}
 	a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
-	split := store.IsPermanent(err) || (fails >= a.cfg.MaxRetries && st.Ping(ctx) == nil)
-	if !split || len(writes) == 0 || ctx.Err() != nil {
+	if !store.IsPermanent(err) || ctx.Err() != nil {
+		if fails == a.cfg.MaxRetries {
+			a.log.Error("the store keeps failing; buffered writes wait and are retried with backoff", "store", storeName, "failures", fails, "err", err)
+		}
 		return 0, nil, fmt.Errorf("store %s: %w", storeName, err)
 	}
 	var applied int
 	var done []buffer.Applied
-	var firstErr error
 	for _, w := range writes {
 		res, err := a.apply(ctx, st, []store.Write{w})
 		if err == nil {
@@ -514,17 +568,57 @@ func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []st
 			continue
 		}
 		a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
-		if !store.IsPermanent(err) && !(fails >= a.cfg.MaxRetries && st.Ping(ctx) == nil) {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("store %s: %w", storeName, err)
-			}
-			continue
+		if !store.IsPermanent(err) {
+			return applied, done, fmt.Errorf("store %s: %w", storeName, err)
 		}
-		if derr := a.deadLetter(ctx, w, err); derr != nil && firstErr == nil {
-			firstErr = derr
+		n, _, err := a.isolate(ctx, st, w)
+		applied += n
+		if err != nil {
+			return applied, done, fmt.Errorf("store %s: %w", storeName, err)
 		}
 	}
-	return applied, done, firstErr
+	return applied, done, nil
+}
+
+// isolate applies a document's changes one at a time, each in its own
+// transaction, and dead-letters each change the store rejects for good.
+// Every change it handles is trimmed (applied ones by the dead-letter
+// script's pop, which removes the prefix up to a rejected change). It
+// returns how many changes it applied and the seqs it dead-lettered.
+func (a *Applier) isolate(ctx context.Context, st store.Store, w store.Write) (applied int, dead []int64, err error) {
+	var lastApplied int64
+	for _, c := range w.Changes {
+		one := w
+		one.Changes = []change.Change{c}
+		res, err := a.apply(ctx, st, []store.Write{one})
+		if err == nil {
+			n, _, _ := a.account([]store.Write{one}, res)
+			applied += n
+			lastApplied = c.Seq
+			continue
+		}
+		a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
+		if !store.IsPermanent(err) {
+			return applied, dead, a.trimApplied(ctx, w, lastApplied, err)
+		}
+		if err := a.deadLetter(ctx, w, c, err); err != nil {
+			return applied, dead, err
+		}
+		dead = append(dead, c.Seq)
+	}
+	return applied, dead, a.trimApplied(ctx, w, lastApplied, nil)
+}
+
+// trimApplied trims a document's buffered write up to last (0: nothing)
+// and returns cause.
+func (a *Applier) trimApplied(ctx context.Context, w store.Write, last int64, cause error) error {
+	if last > 0 {
+		ref := buffer.DocRef{Part: w.Partition, Member: buffer.Member(w.Collection, w.ID)}
+		if _, err := a.buf.Trim(ctx, []buffer.Applied{{DocRef: ref, LastSeq: last}}); err != nil {
+			return err
+		}
+	}
+	return cause
 }
 
 func errKind(err error) string {
@@ -564,26 +658,25 @@ func (a *Applier) account(writes []store.Write, results []store.Result) (int, []
 	return applied, done, nil
 }
 
-// deadLetter moves a rejected prefix out of the way, with the store's error.
-func (a *Applier) deadLetter(ctx context.Context, w store.Write, cause error) error {
-	entries := make([]json.RawMessage, len(w.Changes))
-	for i, c := range w.Changes {
-		entries[i] = json.RawMessage(change.Encode(c)[2:])
-	}
-	body, _ := json.Marshal(entries)
-	last := w.Changes[len(w.Changes)-1].Seq
-	dl := &buffer.DeadLetter{Collection: w.Collection, ID: w.ID, Seq: last, Error: cause.Error(), At: time.Now().UTC(), Changes: body}
-	if _, err := a.buf.Reject(ctx, w.Collection, w.ID, last, dl); err != nil {
+// deadLetter moves one change the store rejected out of the way, with the
+// store's error. The changes before it in the buffered write were applied
+// (isolate applies them one by one first), so popping the prefix up to it
+// loses nothing.
+func (a *Applier) deadLetter(ctx context.Context, w store.Write, c change.Change, cause error) error {
+	body, _ := json.Marshal([]string{strconv.FormatInt(c.Seq, 10) + "|0|" + string(change.Encode(c))})
+	dl := &buffer.DeadLetter{Collection: w.Collection, ID: w.ID, Seq: c.Seq, Error: cause.Error(), At: time.Now().UTC(), Changes: body}
+	if _, err := a.buf.Reject(ctx, w.Collection, w.ID, c.Seq, dl); err != nil {
 		return err
 	}
-	a.log.Error("dead-lettered buffered changes the store rejected", "collection", w.Collection, "id", w.ID, "seq", last, "err", cause)
+	a.log.Error("dead-lettered a buffered change the store rejected", "collection", w.Collection, "id", w.ID, "seq", c.Seq, "err", cause)
 	return nil
 }
 
 // ApplyDoc applies a document's buffered writes now, up to at least seq
-// (write-through). It returns the store's error when the store rejects them
-// for good; those changes are then removed without a dead letter, since the
-// caller reports the error to its client.
+// (write-through). It returns a permanent store error when the store
+// rejected the change with sequence seq itself (that change is then a dead
+// letter, and only that one); changes of other clients that the store
+// rejects are dead-lettered without failing this one.
 func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) error {
 	c := a.colls[coll]
 	if c == nil {
@@ -597,16 +690,24 @@ func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) erro
 		}
 		cs := changes[0]
 		if len(cs) == 0 || cs[0].Seq > seq {
-			return nil // applied and trimmed by someone else
+			// Applied — or dead-lettered — by someone else: tell which.
+			return a.deadError(ctx, coll, id, seq)
 		}
 		w := store.Write{Collection: coll, Table: c.Table, ID: id, Partition: ref.Part, Changes: cs}
 		res, err := a.apply(ctx, c.Store, []store.Write{w})
 		if err != nil {
 			a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
-			if store.IsPermanent(err) {
-				_, _ = a.buf.Reject(ctx, coll, id, cs[len(cs)-1].Seq, nil)
+			if !store.IsPermanent(err) {
+				return err
 			}
-			return err
+			_, dead, ierr := a.isolate(ctx, c.Store, w)
+			if ierr != nil {
+				return ierr
+			}
+			if slices.Contains(dead, seq) {
+				return err
+			}
+			continue
 		}
 		_, done, _ := a.account([]store.Write{w}, res)
 		if _, err := a.buf.Trim(ctx, done); err != nil {
@@ -616,6 +717,21 @@ func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) erro
 			return nil
 		}
 	}
+}
+
+// deadError returns the store's error if the change (coll, id, seq) is a
+// dead letter, and nil if it was applied.
+func (a *Applier) deadError(ctx context.Context, coll, id string, seq int64) error {
+	dls, err := a.buf.DeadLetters(ctx, 1<<20)
+	if err != nil {
+		return err
+	}
+	for _, d := range dls {
+		if d.Collection == coll && d.ID == id && d.Seq == seq {
+			return &store.Error{Permanent: true, Err: errors.New(d.Error)}
+		}
+	}
+	return nil
 }
 
 // FlushResult counts what Flush did.
@@ -635,21 +751,25 @@ func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
 		all[i] = i
 	}
 	attempt := 0
+	lastTotal := int64(-1)
 	for {
 		counts, err := a.buf.PendingCounts(ctx, all)
 		if err != nil {
 			return res, err
 		}
 		var todo []int
+		var total int64
 		for p, n := range counts {
 			if n > 0 {
 				todo = append(todo, p)
+				total += n
 			}
 		}
 		if len(todo) == 0 {
 			res.Drained = true
 			return res, nil
 		}
+		before := res.Applied
 		var (
 			mu      sync.Mutex // guards lastErr and res.Applied
 			lastErr error
@@ -690,7 +810,16 @@ func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
 			case <-ctx.Done():
 			case <-time.After(Backoff(a.cfg.RetryBackoff, attempt)):
 			}
+			continue
 		}
+		if res.Applied == before && total == lastTotal {
+			// Two passes without progress or error: what is left belongs
+			// to collections this sidecar does not serve.
+			st, _ := a.buf.Stats(ctx)
+			res.Pending = st.PendingChanges
+			return res, fmt.Errorf("bgt: %d pending documents belong to collections this sidecar does not serve", st.PendingDocuments)
+		}
+		lastTotal = total
 	}
 }
 

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// proxy forwards TCP connections to a server and can cut them all, as a
+// network partition or a database restart would.
+type proxy struct {
+	addr, upstream string
+	mu             sync.Mutex // guards ln, conns
+	ln             net.Listener
+	conns          []net.Conn
+}
+
+func newProxy(t *testing.T, upstream string) *proxy {
+	t.Helper()
+	p := &proxy{addr: freeAddr(t), upstream: upstream}
+	p.restore(t)
+	t.Cleanup(p.cut)
+	return p
+}
+
+// restore listens again and forwards new connections.
+func (p *proxy) restore(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+}
+
+// cut stops listening and breaks every forwarded connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// A store outage under write load: writes keep being acknowledged (they
+// only need Redis), appliers fail, back off and resume; nothing is
+// dead-lettered, nothing lost, and the backlog drains once the store is
+// back.
+func TestStoreOutageLosesNothing(t *testing.T) {
+	const docs = 10
+	e := newEnv(t, docs)
+	px := newProxy(t, "127.0.0.1:5432")
+	e.dsns["pg"] = strings.Replace(e.dsns["pg"], "127.0.0.1:5432", px.addr, 1)
+	addr := freeAddr(t)
+	sc := start(t, e.config(addr, "write-back", ""), addr)
+	ctx := context.Background()
+	coll := e.coll("pg")
+	for id := 1; id <= docs; id++ {
+		getDoc(t, sc.c, coll, strconv.Itoa(id)) // cached: writes need no store read
+	}
+	want := make([]int64, docs+1)
+	var mu sync.Mutex // guards want
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := (w+i)%docs + 1
+				if _, err := sc.c.Patch(ctx, coll, strconv.Itoa(id), map[string]any{"$inc": map[string]any{"n": 1}}); err != nil {
+					t.Errorf("a write during the outage failed: %v", err)
+					return
+				}
+				mu.Lock()
+				want[id]++
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	px.cut()
+	down := time.Now()
+	waitFor(t, 10*time.Second, "/readyz to report the store down", func() bool {
+		return sc.c.Readyz(ctx) != nil
+	})
+	time.Sleep(4 * time.Second) // longer than maxRetries rounds of backoff
+	if err := sc.c.Healthz(ctx); err != nil {
+		t.Errorf("/healthz failed while only the store was down: %v", err)
+	}
+	st, err := sc.c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending == 0 {
+		t.Errorf("nothing pending after %v of store outage under writes", time.Since(down).Round(time.Second))
+	}
+	px.restore(t)
+	back := time.Now()
+	close(stop)
+	wg.Wait()
+	waitFor(t, 30*time.Second, "the backlog to drain after the store came back", func() bool {
+		st, err := sc.c.Status(ctx)
+		return err == nil && st.Pending == 0
+	})
+	t.Logf("outage %v; backlog of %d changes drained %v after the store came back", back.Sub(down).Round(100*time.Millisecond), st.Pending, time.Since(back).Round(100*time.Millisecond))
+	st, _ = sc.c.Status(ctx)
+	if st.DeadLetters != 0 {
+		t.Errorf("%d dead letters after a store outage: transient errors must never dead-letter: %+v", st.DeadLetters, st.DeadLetterList)
+	}
+	rows := e.rows("pg")
+	for id := 1; id <= docs; id++ {
+		if rows[int64(id)].N != want[id] {
+			t.Errorf("row %d: n = %d, want %d", id, rows[int64(id)].N, want[id])
+		}
+	}
+}
