@@ -156,7 +156,7 @@ func (d *DB) createSQL(s Spec) string {
 	if d.driver == Postgres {
 		fmt.Fprintf(&b, `%s varchar(64) COLLATE "C" PRIMARY KEY`, KeyColumn)
 	} else {
-		fmt.Fprintf(&b, "%s varchar(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY", KeyColumn)
+		fmt.Fprintf(&b, "%s varchar(64) CHARACTER SET ascii COLLATE ascii_nopad_bin PRIMARY KEY", KeyColumn)
 	}
 	field := "text"
 	if d.driver == MySQL && s.Fields*s.FieldSize < 12000 {

@@ -153,7 +153,7 @@ func TestApplyBatchAcrossTables(t *testing.T) {
 		nums := h.describe(t, numbersDDL)
 		texts := h.describe(t, map[string]string{
 			"postgres": "CREATE TABLE %s (id text PRIMARY KEY, v text NOT NULL)",
-			"mysql":    "CREATE TABLE %s (id varchar(100) COLLATE utf8mb4_bin PRIMARY KEY, v text NOT NULL)",
+			"mysql":    "CREATE TABLE %s (id varchar(100) COLLATE utf8mb4_nopad_bin PRIMARY KEY, v text NOT NULL)",
 		})
 		cn, ct := testenv.UniqueName(t, "nums"), testenv.UniqueName(t, "texts")
 		h.apply(t, Write{Collection: cn, Table: nums, ID: "1", Changes: []change.Change{put(1, map[string]string{"id": "1", "n": "1"})}})

@@ -128,3 +128,35 @@ func TestDescribeErrors(t *testing.T) {
 		}
 	})
 }
+
+// Keys under which different ids name one row are refused: the cache
+// would hold two documents, with two buffered writes, for one row.
+func TestDescribeRejectsAliasingKeys(t *testing.T) {
+	variants := map[string]map[string]string{
+		"padded": {
+			"postgres": "CREATE TABLE %s (id char(8) PRIMARY KEY, v int)",
+			"mysql":    "CREATE TABLE %s (id varchar(64) COLLATE utf8mb4_bin PRIMARY KEY, v int)",
+		},
+		"case-insensitive": {
+			"postgres": `CREATE TABLE %s (id text COLLATE "und-x-icu" PRIMARY KEY, v int)`,
+			"mysql":    "CREATE TABLE %s (id varchar(64) COLLATE utf8mb4_general_ci PRIMARY KEY, v int)",
+		},
+	}
+	eachStore(t, func(t *testing.T, h *harness) {
+		for name, ddl := range variants {
+			t.Run(name, func(t *testing.T) {
+				if name == "case-insensitive" && h.driver == "postgres" {
+					// A nondeterministic collation is needed for case folding.
+					coll := testenv.UniqueName(t, "ci")
+					h.exec(t, `CREATE COLLATION `+coll+` (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`)
+					t.Cleanup(func() { h.exec(t, `DROP COLLATION IF EXISTS `+coll+` CASCADE`) })
+					ddl = map[string]string{"postgres": `CREATE TABLE %s (id text COLLATE ` + coll + ` PRIMARY KEY, v int)`}
+				}
+				_, err := h.s.Describe(t.Context(), h.table(t, ddl), "id")
+				if err == nil || !IsPermanent(err) {
+					t.Fatalf("Describe accepted a key that aliases ids: %v", err)
+				}
+			})
+		}
+	})
+}

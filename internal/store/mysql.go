@@ -253,8 +253,10 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SE
 	// Under a case- or accent-insensitive collation "abc" and "ABC" are one
 	// row but two documents to the cache, with two buffered writes applied
 	// in no common order: refuse rather than serve stale or reordered data.
-	if c := info.keyCollation; t.Schema.KeyType() == change.TypeText && c != "" && !strings.HasSuffix(c, "_bin") && c != "binary" {
-		return nil, &Error{Permanent: true, Err: fmt.Errorf("store: the key column %s of %s uses the collation %s, under which ids that differ in case name one row; give it a binary collation (ALTER TABLE %s MODIFY %s … COLLATE utf8mb4_bin)", key, table, c, table, key)}
+	// PAD SPACE collations (utf8mb4_bin among them) make "a" and "a " one
+	// row too: only NO PAD binary collations compare ids as the cache does.
+	if c := info.keyCollation; t.Schema.KeyType() == change.TypeText && !exactCollation(c) {
+		return nil, &Error{Permanent: true, Err: fmt.Errorf("store: the key column %s of %s uses the collation %s, under which ids that differ in case or trailing spaces name one row; give it a NO PAD binary collation (ALTER TABLE %s MODIFY %s … COLLATE utf8mb4_nopad_bin)", key, table, c, table, key)}
 	}
 	s.tables.Store(table, info)
 	return t, nil
@@ -311,6 +313,13 @@ WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?`, schema, table)
 		}
 	}
 	return out, nil
+}
+
+// exactCollation reports whether a key column of this collation (""
+// for binary types) compares ids exactly as Go compares strings: binary,
+// and NO PAD (MariaDB's *_nopad_bin, MySQL 8's *_0900_bin).
+func exactCollation(c string) bool {
+	return c == "" || c == "binary" || strings.HasSuffix(c, "_nopad_bin") || strings.HasSuffix(c, "_0900_bin")
 }
 
 // bytewiseCollation reports whether a column of this collation compares

@@ -210,7 +210,38 @@ func (s *pgStore) Describe(ctx context.Context, table, key string) (*Table, erro
 	if err != nil {
 		return nil, wrapErr("describe "+table, err, pgPermanent)
 	}
-	return newTable(table, key, cols, pk)
+	t, err := newTable(table, key, cols, pk)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkKeyEquality(ctx, qname, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// checkKeyEquality refuses a text key under which ids that differ name the
+// same row (char(n) pads, citext folds case, nondeterministic ICU
+// collations ignore differences): those would be two documents to the cache
+// — two buffered writes, applied in no common order — and one row.
+func (s *pgStore) checkKeyEquality(ctx context.Context, qname string, t *Table) error {
+	if t.Schema.KeyType() != change.TypeText {
+		return nil
+	}
+	var typ string
+	var deterministic bool
+	err := s.pool.QueryRow(ctx, `SELECT t.typname, COALESCE(c.collisdeterministic, true)
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_collation c ON c.oid = a.attcollation
+WHERE a.attrelid = $1::regclass AND a.attname = $2`, qname, t.Schema.Key).Scan(&typ, &deterministic)
+	if err != nil {
+		return wrapErr("describe "+t.Name, err, pgPermanent)
+	}
+	if typ == "bpchar" || typ == "citext" || !deterministic {
+		what := map[bool]string{true: "type " + typ, false: "a nondeterministic collation"}[deterministic]
+		return &Error{Permanent: true, Err: fmt.Errorf("store: the key column %s of %s has %s, under which different ids can name one row; use text or varchar with a deterministic collation", t.Schema.Key, t.Name, what)}
+	}
+	return nil
 }
 
 func (s *pgStore) strings(ctx context.Context, sql string, args ...any) ([]string, error) {

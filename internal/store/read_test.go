@@ -17,7 +17,7 @@ import (
 var typedDDL = map[string]string{
 	"postgres": `CREATE TABLE %s (id text PRIMARY KEY, n bigint, f double precision, d numeric(10,2),
 		s varchar(50), j jsonb, ts timestamp, flag boolean)`,
-	"mysql": `CREATE TABLE %s (id varchar(64) COLLATE utf8mb4_bin PRIMARY KEY, n bigint, f double, d decimal(10,2),
+	"mysql": `CREATE TABLE %s (id varchar(64) COLLATE utf8mb4_nopad_bin PRIMARY KEY, n bigint, f double, d decimal(10,2),
 		s varchar(50), j json, ts datetime, flag tinyint(1))`,
 }
 
@@ -90,7 +90,7 @@ func TestScanTextKeys(t *testing.T) {
 		},
 		"binary collation": {
 			"postgres": `CREATE TABLE %s (id varchar(64) COLLATE "C" PRIMARY KEY, v int)`,
-			"mysql":    "CREATE TABLE %s (id varchar(64) COLLATE utf8mb4_bin PRIMARY KEY, v int)",
+			"mysql":    "CREATE TABLE %s (id varchar(64) COLLATE utf8mb4_nopad_bin PRIMARY KEY, v int)",
 		},
 		"other collation": {
 			"postgres": "CREATE TABLE %s (id varchar(64) COLLATE \"en-x-icu\" PRIMARY KEY, v int)",
