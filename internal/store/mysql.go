@@ -94,7 +94,7 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return conn, nil
 }
 
-func openMySQL(ctx context.Context, dsn string) (Store, error) {
+func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: mysql DSN: %w", err)
@@ -111,8 +111,8 @@ func openMySQL(ctx context.Context, dsn string) (Store, error) {
 		return nil, fmt.Errorf("store: mysql: %w", err)
 	}
 	db := sql.OpenDB(sessionConnector{connector})
-	db.SetMaxOpenConns(64)
-	db.SetMaxIdleConns(16)
+	db.SetMaxOpenConns(o.MaxConns)
+	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &myStore{db: db, dbName: cfg.DBName}

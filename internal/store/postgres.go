@@ -45,7 +45,7 @@ const pgAppliedDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedTable + ` (
 // fail with a unique violation in pg_type.
 const pgCreateLock = 0x7772697465626b // "wrotebk"
 
-func openPostgres(ctx context.Context, dsn string) (Store, error) {
+func openPostgres(ctx context.Context, dsn string, o Options) (Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres DSN: %w", err)
@@ -61,6 +61,11 @@ func openPostgres(ctx context.Context, dsn string) (Store, error) {
 	// pipelined prepare the first time a connection sees them.
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 	cfg.ConnConfig.StatementCacheCapacity = 1024
+	// Float text in full precision whatever the server's default.
+	cfg.ConnConfig.RuntimeParams["extra_float_digits"] = "3"
+	if !strings.Contains(dsn, "pool_max_conns") { // the DSN's own setting wins
+		cfg.MaxConns = int32(o.MaxConns)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres: %w", err)

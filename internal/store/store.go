@@ -108,13 +108,27 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &se) && se.Permanent
 }
 
-// Open connects to a database. driver is "postgres" or "mysql".
+// Options tune a store's connection pool.
+type Options struct {
+	MaxConns int // connections at most (default 32)
+}
+
+// Open connects to a database with default options. driver is "postgres"
+// or "mysql".
 func Open(ctx context.Context, driver, dsn string) (Store, error) {
+	return OpenWith(ctx, driver, dsn, Options{})
+}
+
+// OpenWith connects to a database.
+func OpenWith(ctx context.Context, driver, dsn string, o Options) (Store, error) {
+	if o.MaxConns <= 0 {
+		o.MaxConns = 32
+	}
 	switch driver {
 	case "postgres":
-		return openPostgres(ctx, dsn)
+		return openPostgres(ctx, dsn, o)
 	case "mysql":
-		return openMySQL(ctx, dsn)
+		return openMySQL(ctx, dsn, o)
 	}
 	return nil, fmt.Errorf("store: unknown driver %q (use postgres or mysql)", driver)
 }
