@@ -12,6 +12,10 @@
 # max_connections is >= 200 (PostgreSQL) / >= 500 (MariaDB), and that Redis
 # uses maxmemory-policy noeviction.
 #
+# `up`, `down` and `status` also run scripts/ferretdb.sh: a MongoDB-wire server
+# (FerretDB, SQLite backend) on 127.0.0.1:27017, built once from the Go module
+# proxy into ~/.cache/writeback.
+#
 # Env: WAIT_SECS (default 30) -- how long to wait for a server to answer.
 set -euo pipefail
 set -o errtrace
@@ -403,11 +407,14 @@ cmd_status() {
 	else
 		status_line mariadb down "$MY_HOST:$MY_PORT"; bad=1
 	fi
+	bash "$FERRETDB_SH" status || bad=1
 	if [ "$bad" -ne 0 ]; then
 		say "some services are down; run: bash scripts/services.sh up" >&2
 		return 1
 	fi
 }
+
+FERRETDB_SH=${BASH_SOURCE[0]%/*}/ferretdb.sh
 
 CMD=${1:-}
 case "$CMD" in
@@ -415,12 +422,14 @@ up)
 	redis_up
 	pg_up
 	my_up
-	say "all services up (redis $REDIS_HOST:$REDIS_PORT, postgresql $PG_HOST:$PG_PORT db $DB_NAME, mariadb $MY_HOST:$MY_PORT db $DB_NAME)"
+	bash "$FERRETDB_SH" up
+	say "all services up (redis $REDIS_HOST:$REDIS_PORT, postgresql $PG_HOST:$PG_PORT db $DB_NAME, mariadb $MY_HOST:$MY_PORT db $DB_NAME, mongodb-wire ${FERRETDB_ADDR:-127.0.0.1:27017})"
 	;;
 down)
 	redis_down
 	pg_down
 	my_down
+	bash "$FERRETDB_SH" down
 	;;
 status)
 	cmd_status || exit 1

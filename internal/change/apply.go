@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"sort"
 	"strconv"
 	"strings"
 )
 
 // Apply returns the document that results from applying c to doc (nil when
-// absent). doc is not modified. A patch of a missing document is ErrNotFound.
+// absent). doc is not modified. A patch of a missing document is ErrNotFound;
+// a patch that the document's values do not allow is a *TypeError.
 func Apply(doc Doc, c Change) (Doc, error) {
 	switch c.Kind {
 	case Put:
@@ -34,6 +36,18 @@ func Apply(doc Doc, c Change) (Doc, error) {
 				return nil, fmt.Errorf("change: $inc of %q: %w", k, err)
 			}
 			out[k] = v
+		}
+		for _, col := range sortedKeys(c.JSON) {
+			v, err := ApplyJSON(col, out[col], c.JSON[col])
+			if err != nil {
+				return nil, err
+			}
+			out[col] = v
+		}
+		if len(c.Ops) > 0 {
+			if err := applyDocOps(out, c.Ops); err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	}
@@ -85,7 +99,7 @@ func addNumber(v json.RawMessage, n json.Number) (json.RawMessage, error) {
 // Effect is the net result of a run of changes to one document: what the
 // store has to do to go from the state before the run to the state after it.
 type Effect struct {
-	Kind Kind // Put (upsert Doc), Patch (Set, then Inc), Delete
+	Kind Kind // Put (upsert Doc), Patch (Set, Inc and JSON; or Ops), Delete
 	Doc  Doc  // Put: the whole document
 	Set  Doc  // Patch: column = value (null for $unset)
 	// Inc holds, per column, the amounts to add in order:
@@ -93,6 +107,18 @@ type Effect struct {
 	// into one; float amounts are kept apart so the store rounds exactly as
 	// applying them one by one would. A column is never in both Set and Inc.
 	Inc map[string][]json.Number
+	// JSON holds, per JSON column, operators on the column's value whose
+	// result depends on the value before the run (a $push to an array the
+	// run did not set, say): the store reads the column in its transaction,
+	// computes the new value with ApplyJSON(column, value, ops) and writes it
+	// (a *TypeError from ApplyJSON is a permanent failure of the change). When
+	// the run sets the column first, the operators are folded into Set
+	// instead. A column is never in both Set and JSON.
+	JSON map[string][]Op
+	// Ops holds a document collection's patch: its operators, in order,
+	// compacted (see CompactDoc); a MongoDB store sends them as the update
+	// documents Updates(Ops) returns.
+	Ops []Op
 }
 
 // Compact folds a non-empty run of changes, in order, into one Effect
@@ -125,13 +151,18 @@ func Compact(changes []Change) (Effect, error) {
 				if e.Inc == nil {
 					e.Inc = map[string][]json.Number{}
 				}
+				if e.JSON == nil {
+					e.JSON = map[string][]Op{}
+				}
 				for k, v := range c.Set {
 					e.Set[k] = v
 					delete(e.Inc, k)
+					delete(e.JSON, k)
 				}
 				for _, k := range c.Unset {
 					e.Set[k] = null
 					delete(e.Inc, k)
+					delete(e.JSON, k)
 				}
 				for k, n := range c.Inc {
 					if v, ok := e.Set[k]; ok {
@@ -144,6 +175,20 @@ func Compact(changes []Change) (Effect, error) {
 					}
 					e.Inc[k] = foldInc(e.Inc[k], n)
 				}
+				for _, col := range sortedKeys(c.JSON) {
+					ops := c.JSON[col]
+					if v, ok := e.Set[col]; ok {
+						// The run set the column: the operators' result is known.
+						nv, err := ApplyJSON(col, v, ops)
+						if err != nil {
+							return Effect{}, err
+						}
+						e.Set[col] = nv
+						continue
+					}
+					e.JSON[col] = append(e.JSON[col], cloneOps(ops)...)
+				}
+				e.Ops = append(e.Ops, cloneOps(c.Ops)...)
 			}
 		default:
 			return Effect{}, fmt.Errorf("change: unknown kind %v", c.Kind)
@@ -158,6 +203,10 @@ func Compact(changes []Change) (Effect, error) {
 				delete(e.Inc, k)
 			}
 		}
+		for col, ops := range e.JSON {
+			e.JSON[col] = compactOps(ops, false)
+		}
+		e.Ops = compactOps(e.Ops, true)
 	}
 	return e, nil
 }
@@ -184,12 +233,14 @@ type wire struct {
 	Set   Doc                    `json:"$set,omitempty"`
 	Unset []string               `json:"$unset,omitempty"`
 	Inc   map[string]json.Number `json:"$inc,omitempty"`
+	JSON  map[string][]Op        `json:"json,omitempty"`
+	Ops   []Op                   `json:"ops,omitempty"`
 }
 
 // Encode returns the body of c as stored in a buffered write, without its
 // sequence number: "<kind>|<json>". The buffer prepends "<seq>|".
 func Encode(c Change) []byte {
-	b, _ := json.Marshal(wire{Doc: c.Doc, Set: c.Set, Unset: c.Unset, Inc: c.Inc})
+	b, _ := json.Marshal(wire{Doc: c.Doc, Set: c.Set, Unset: c.Unset, Inc: c.Inc, JSON: c.JSON, Ops: c.Ops})
 	out := make([]byte, 0, len(b)+2)
 	out = append(out, byte(c.Kind), '|')
 	return append(out, b...)
@@ -220,6 +271,40 @@ func Decode(entry string) (Change, error) {
 	if err := dec.Decode(&w); err != nil {
 		return Change{}, fmt.Errorf("change: malformed entry body: %w", err)
 	}
-	c.Doc, c.Set, c.Unset, c.Inc = w.Doc, w.Set, w.Unset, w.Inc
+	c.Doc, c.Set, c.Unset, c.Inc, c.JSON, c.Ops = w.Doc, w.Set, w.Unset, w.Inc, w.JSON, w.Ops
+	for _, ops := range c.JSON {
+		if err := checkOps(ops); err != nil {
+			return Change{}, err
+		}
+	}
+	if err := checkOps(c.Ops); err != nil {
+		return Change{}, err
+	}
 	return c, nil
+}
+
+// checkOps rejects decoded operators this package could not have written.
+func checkOps(ops []Op) error {
+	for _, o := range ops {
+		if !o.Op.valid() {
+			return fmt.Errorf("change: unknown operator %.40q in entry", o.Op)
+		}
+	}
+	return nil
+}
+
+func cloneOps(ops []Op) []Op {
+	if len(ops) == 0 {
+		return nil
+	}
+	return append([]Op(nil), ops...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -1,7 +1,14 @@
 // Package change owns the change operators of Design 1: it validates a
 // client's update against a collection's schema, applies changes to a
-// document, compacts a sequence of changes into one store effect, and encodes
-// changes for the buffered write. It does no I/O.
+// document, compacts a sequence of changes (into one store effect, or into
+// a shorter sequence), makes a sequence idempotent for stores without
+// transactions (the paper's Algorithm 2), and encodes changes for the
+// buffered write. It does no I/O.
+//
+// A collection's schema is either a table's columns (SQL stores: a document
+// is a row) or dynamic (document stores such as MongoDB: any field, any JSON
+// value, nested paths). The operators and their MongoDB semantics are
+// described on Op; values and numbers in value.go.
 package change
 
 import (
@@ -12,6 +19,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -84,7 +92,29 @@ type Schema struct {
 	Key     string
 	Columns []Column // in the table's order; includes the key
 	index   map[string]int
+	dynamic bool
 }
+
+// NewDynamicSchema builds the schema of a document collection (MongoDB): the
+// key field (MongoDB: "_id") holds the document's id as a string, and any
+// other field may hold any JSON value. Field names must not be empty, start
+// with '$', contain '.' or NUL, at any depth; update operators take dotted
+// paths ("a.b.0"). Its only column is the key.
+func NewDynamicSchema(key string) (*Schema, error) {
+	if err := checkFieldName(key); err != nil {
+		return nil, fmt.Errorf("change: key field: %s", err.Error())
+	}
+	s, err := NewSchema(key, []Column{{Name: key, Type: TypeText}})
+	if err != nil {
+		return nil, err
+	}
+	s.dynamic = true
+	return s, nil
+}
+
+// Dynamic reports whether s is a document collection's schema (see
+// NewDynamicSchema) rather than a table's columns.
+func (s *Schema) Dynamic() bool { return s.dynamic }
 
 // NewSchema builds a schema; the key must be one of the columns and be an
 // integer or text column.
@@ -135,13 +165,24 @@ func (d Doc) Clone() Doc {
 }
 
 // Change is one write to one document.
+//
+// A patch of a table's row uses Set, Unset and Inc for whole columns, and
+// JSON for operators inside JSON columns; a patch of a document collection's
+// document uses Ops only. Within one client's patch no two paths overlap, so
+// the order in which its parts apply does not matter; a patch made by
+// CompactDoc may hold overlapping Ops, which apply in order.
 type Change struct {
 	Seq   int64                  // per-document order, assigned when buffered
 	Kind  Kind                   // Put, Patch or Delete
-	Doc   Doc                    // Put: the whole document, every column present
-	Set   Doc                    // Patch: $set
-	Unset []string               // Patch: $unset (sorted)
-	Inc   map[string]json.Number // Patch: $inc
+	Doc   Doc                    // Put: the whole document (tables: every column present)
+	Set   Doc                    // Patch (table): $set of whole columns
+	Unset []string               // Patch (table): $unset of whole columns, which become null (sorted)
+	Inc   map[string]json.Number // Patch (table): $inc of numeric columns
+	// JSON holds, per JSON column, the operators on the column's value
+	// (paths relative to it, "" for the value itself), in order. A NULL
+	// column counts as a missing value.
+	JSON map[string][]Op
+	Ops  []Op // Patch (document collection): the operators, paths from the document's root, in order
 }
 
 // Error is a client's mistake: the request is rejected with a 400 and this
@@ -289,6 +330,9 @@ func formatFloat(f float64) json.RawMessage {
 // Every column must be present or nullable; the key field, when given, must
 // equal id.
 func ParsePut(s *Schema, id string, body []byte) (Change, error) {
+	if s.dynamic {
+		return parseDocPut(s, id, body)
+	}
 	var raw map[string]json.RawMessage
 	if err := decodeObject(body, &raw); err != nil {
 		return Change{}, err
@@ -322,78 +366,226 @@ func ParsePut(s *Schema, id string, body []byte) (Change, error) {
 	return Change{Kind: Put, Doc: doc}, nil
 }
 
-// ParsePatch validates update operators ($set, $unset, $inc) against s.
+// parseDocPut is ParsePut for a document collection: any fields, any
+// values; the key field, when given, must be the id.
+func parseDocPut(s *Schema, id string, body []byte) (Change, error) {
+	if !utf8.Valid(body) {
+		return Change{}, invalid("the request body must be valid UTF-8")
+	}
+	var raw map[string]json.RawMessage
+	if err := decodeObject(body, &raw); err != nil {
+		return Change{}, err
+	}
+	doc := make(Doc, len(raw)+1)
+	for name, v := range raw {
+		if err := checkFieldName(name); err != nil {
+			return Change{}, err
+		}
+		cv, err := canonicalValue(v)
+		if err != nil {
+			return Change{}, err
+		}
+		doc[name] = cv
+	}
+	key := s.KeyValue(id)
+	if kv, ok := doc[s.Key]; ok && !bytes.Equal(kv, key) {
+		return Change{}, invalid("field %q is %s but the id in the path is %s", s.Key, truncate(string(kv)), key)
+	}
+	doc[s.Key] = key
+	return Change{Kind: Put, Doc: doc}, nil
+}
+
+// operators lists the update operators in the order ParsePatch reads them.
+var operators = []Operator{OpAddToSet, OpInc, OpPull, OpPush, OpSet, OpUnset}
+
+const useOperators = "use $set, $unset, $inc, $push, $addToSet or $pull"
+
+// ParsePatch validates update operators against s: $set, $unset and $inc;
+// $push, $addToSet and $pull on JSON columns (a table) or any field (a
+// document collection). Paths may go inside JSON columns ("col.a.b") and
+// documents ("a.b.0"); two paths of one patch must not overlap.
 func ParsePatch(s *Schema, body []byte) (Change, error) {
+	if s.dynamic && !utf8.Valid(body) {
+		return Change{}, invalid("the request body must be valid UTF-8")
+	}
 	var ops map[string]json.RawMessage
 	if err := decodeObject(body, &ops); err != nil {
 		return Change{}, err
 	}
 	if len(ops) == 0 {
-		return Change{}, invalid("the update has no operators; use $set, $unset or $inc")
+		return Change{}, invalid("the update has no operators; %s", useOperators)
+	}
+	for name := range ops {
+		if !Operator(name).valid() {
+			return Change{}, invalid("unknown operator %q: %s", truncate(name), useOperators)
+		}
 	}
 	ch := Change{Kind: Patch}
-	seen := map[string]string{}
-	names := make([]string, 0, len(ops))
-	for op := range ops {
-		names = append(names, op)
-	}
-	sort.Strings(names)
-	for _, op := range names {
-		var fields map[string]json.RawMessage
-		switch op {
-		case "$set", "$unset", "$inc":
-		case "$push", "$addToSet", "$pull":
-			return Change{}, invalid("operator %s needs a JSON column; this collection has none it applies to", op)
-		default:
-			return Change{}, invalid("unknown operator %q: use $set, $unset or $inc", truncate(op))
+	var paths []opPath
+	for _, op := range operators {
+		body, ok := ops[string(op)]
+		if !ok {
+			continue
 		}
-		if err := decodeObject(ops[op], &fields); err != nil {
+		var fields map[string]json.RawMessage
+		if err := decodeObject(body, &fields); err != nil {
 			return Change{}, invalid("the value of %s must be an object of fields", op)
 		}
 		if len(fields) == 0 {
 			return Change{}, invalid("%s names no fields", op)
 		}
-		for name, v := range fields {
-			c, ok := s.Column(name)
-			if !ok {
-				return Change{}, invalid("unknown field %q in %s: the collection has no such column", truncate(name), op)
+		names := make([]string, 0, len(fields))
+		for name := range fields {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			var err error
+			if s.dynamic {
+				err = parseDocField(s, &ch, op, name, fields[name])
+			} else {
+				err = parseColumnField(s, &ch, op, name, fields[name])
 			}
-			if name == s.Key {
-				return Change{}, invalid("field %q is the key and cannot be changed", name)
+			if err != nil {
+				return Change{}, err
 			}
-			if prev, dup := seen[name]; dup {
-				return Change{}, invalid("field %q appears in both %s and %s", name, prev, op)
-			}
-			seen[name] = op
-			switch op {
-			case "$set":
-				cv, err := Canonical(c, v)
-				if err != nil {
-					return Change{}, err
-				}
-				if ch.Set == nil {
-					ch.Set = Doc{}
-				}
-				ch.Set[name] = cv
-			case "$unset":
-				if !c.Nullable {
-					return Change{}, invalid("field %q cannot be unset: the column is NOT NULL", name)
-				}
-				ch.Unset = append(ch.Unset, name)
-			case "$inc":
-				n, err := incAmount(c, v)
-				if err != nil {
-					return Change{}, err
-				}
-				if ch.Inc == nil {
-					ch.Inc = map[string]json.Number{}
-				}
-				ch.Inc[name] = n
-			}
+			paths = append(paths, opPath{op: op, name: name, segs: segments(name)})
 		}
 	}
+	if err := checkOverlaps(paths); err != nil {
+		return Change{}, err
+	}
 	sort.Strings(ch.Unset)
+	// MongoDB applies the fields of one update in path order; so do we.
+	sortOps(ch.Ops)
+	for _, ops := range ch.JSON {
+		sortOps(ops)
+	}
 	return ch, nil
+}
+
+func sortOps(ops []Op) {
+	sort.SliceStable(ops, func(i, j int) bool {
+		return comparePaths(segments(ops[i].Path), segments(ops[j].Path)) < 0
+	})
+}
+
+// opPath is one field of a patch, for the overlap check.
+type opPath struct {
+	op   Operator
+	name string
+	segs []string
+}
+
+// checkOverlaps refuses a patch in which one path equals or contains
+// another (MongoDB: "would create a conflict"). In path order, a path that
+// contains others comes right before them, so neighbors suffice.
+func checkOverlaps(paths []opPath) error {
+	sort.SliceStable(paths, func(i, j int) bool { return comparePaths(paths[i].segs, paths[j].segs) < 0 })
+	for i := 1; i < len(paths); i++ {
+		a, b := paths[i-1], paths[i]
+		if !isPrefix(a.segs, b.segs) {
+			continue
+		}
+		if len(a.segs) == len(b.segs) {
+			first, second := a.op, b.op
+			if second < first {
+				first, second = second, first
+			}
+			return invalid("field %q appears in both %s and %s", truncate(a.name), first, second)
+		}
+		return invalid("fields %q (%s) and %q (%s) overlap; change them in separate requests", truncate(a.name), a.op, truncate(b.name), b.op)
+	}
+	return nil
+}
+
+// parseDocField adds one field of a document collection's patch.
+func parseDocField(s *Schema, ch *Change, op Operator, name string, v json.RawMessage) error {
+	if err := checkPath(name); err != nil {
+		return err
+	}
+	if segs := segments(name); segs[0] == s.Key {
+		return invalid("field %q is the key and cannot be changed", truncate(name))
+	}
+	o, err := buildOp(op, name, v)
+	if err != nil {
+		return err
+	}
+	ch.Ops = append(ch.Ops, o)
+	return nil
+}
+
+// parseColumnField adds one field of a table's patch: a whole column, or a
+// path inside a JSON column.
+func parseColumnField(s *Schema, ch *Change, op Operator, name string, v json.RawMessage) error {
+	c, ok := s.Column(name)
+	colName, rel, inside := name, "", false
+	if !ok {
+		colName, rel, inside = strings.Cut(name, ".")
+		c, ok = s.Column(colName)
+	}
+	if !ok {
+		return invalid("unknown field %q in %s: the collection has no such column", truncate(name), op)
+	}
+	if colName == s.Key {
+		return invalid("field %q is the key and cannot be changed", truncate(name))
+	}
+	if inside {
+		if c.Type != TypeJSON {
+			return invalid("field %q goes inside column %q of type %s; only JSON columns have fields inside them", truncate(name), colName, c.Type)
+		}
+		if err := checkPathAs(rel, name); err != nil {
+			return err
+		}
+		o, err := buildOp(op, rel, v)
+		if err != nil {
+			return err
+		}
+		addJSON(ch, colName, o)
+		return nil
+	}
+	switch op {
+	case OpSet:
+		cv, err := Canonical(c, v)
+		if err != nil {
+			return err
+		}
+		if ch.Set == nil {
+			ch.Set = Doc{}
+		}
+		ch.Set[name] = cv
+	case OpUnset:
+		if !c.Nullable {
+			return invalid("field %q cannot be unset: the column is NOT NULL", name)
+		}
+		ch.Unset = append(ch.Unset, name)
+	case OpInc:
+		n, err := incAmount(c, v)
+		if err != nil {
+			return err
+		}
+		if ch.Inc == nil {
+			ch.Inc = map[string]json.Number{}
+		}
+		ch.Inc[name] = n
+	default: // $push, $addToSet, $pull
+		if c.Type != TypeJSON {
+			return invalid("%s needs a JSON column, but column %q has type %s", op, name, c.Type)
+		}
+		o, err := buildOp(op, "", v)
+		if err != nil {
+			return err
+		}
+		addJSON(ch, name, o)
+	}
+	return nil
+}
+
+func addJSON(ch *Change, col string, o Op) {
+	if ch.JSON == nil {
+		ch.JSON = map[string][]Op{}
+	}
+	ch.JSON[col] = append(ch.JSON[col], o)
 }
 
 func incAmount(c Column, v json.RawMessage) (json.Number, error) {
@@ -413,7 +605,10 @@ func incAmount(c Column, v json.RawMessage) (json.Number, error) {
 		if !ok {
 			return "", invalid("$inc of %q must be a number, not %s", c.Name, describe(v))
 		}
-		return json.Number(formatFloat(f)), nil
+		// Written as a double ("1.0", not "1"), so that Compact never folds
+		// it with another amount as if both were integers: the store adds
+		// float amounts one by one, rounding each time.
+		return json.Number(formatDouble(f)), nil
 	}
 	return "", invalid("$inc needs a numeric column, but %q is a %s column", c.Name, c.Type)
 }

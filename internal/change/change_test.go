@@ -46,7 +46,19 @@ func TestParsePatchErrors(t *testing.T) {
 		{"conflict", `{"$set":{"n":1},"$inc":{"n":1}}`, "appears in both"},
 		{"op not object", `{"$set":5}`, "object of fields"},
 		{"empty op", `{"$set":{}}`, "names no fields"},
-		{"push on sql", `{"$push":{"j":1}}`, "JSON column"},
+		{"push on text column", `{"$push":{"name":1}}`, "needs a JSON column"},
+		{"pull on int column", `{"$pull":{"n":1}}`, "needs a JSON column"},
+		{"path into int column", `{"$set":{"n.x":1}}`, "only JSON columns"},
+		{"path into unknown column", `{"$set":{"zz.x":1}}`, "unknown field"},
+		{"path into key", `{"$set":{"id.x":1}}`, "is the key"},
+		{"column and path inside it", `{"$set":{"j":{}},"$push":{"j.l":1}}`, "overlap"},
+		{"empty path part", `{"$set":{"j..a":1}}`, "empty part"},
+		{"positional path", `{"$set":{"j.$.a":1}}`, "positional"},
+		{"inc string inside json", `{"$inc":{"j.n":"1"}}`, "must be a number, not a string"},
+		{"push modifiers", `{"$push":{"j":{"$each":[1],"$slice":2}}}`, "supports only"},
+		{"pull query", `{"$pull":{"j":{"a":1}}}`, "query"},
+		{"dollar field in value", `{"$push":{"j.l":{"$x":1}}}`, "supports only"},
+		{"dollar field inside value", `{"$set":{"j.a":{"b":{"$x":1}}}}`, "starts with '$'"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +134,9 @@ func TestApplyAndCompactAgree(t *testing.T) {
 		{patch(t, s, `{"$inc":{"n":1}}`), put, patch(t, s, `{"$inc":{"n":1}}`)},
 		{patch(t, s, `{"$unset":{"n":""}}`), patch(t, s, `{"$inc":{"n":4}}`)},
 		{patch(t, s, `{"$set":{"name":"a"}}`), {Kind: Delete}},
+		{patch(t, s, `{"$push":{"j.l":1}}`), patch(t, s, `{"$inc":{"j.n":2}}`), patch(t, s, `{"$push":{"j.l":2}}`)},
+		{patch(t, s, `{"$set":{"j":{"l":[0]}}}`), patch(t, s, `{"$push":{"j.l":1},"$set":{"n":1}}`), patch(t, s, `{"$pull":{"j.l":0}}`)},
+		{patch(t, s, `{"$push":{"j":1}}`), patch(t, s, `{"$unset":{"j":""}}`), patch(t, s, `{"$addToSet":{"j":2}}`)},
 	}
 	for i, cs := range seqs {
 		want, err := ApplyAll(base, cs)
@@ -150,6 +165,13 @@ func applyEffect(t *testing.T, d Doc, e Effect) Doc {
 	out := d.Clone()
 	for k, v := range e.Set {
 		out[k] = v
+	}
+	for col, ops := range e.JSON {
+		v, err := ApplyJSON(col, out[col], ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[col] = v
 	}
 	for k, amounts := range e.Inc {
 		for _, a := range amounts {
@@ -190,6 +212,91 @@ func TestEncodeDecode(t *testing.T) {
 		if _, err := Decode(bad); err == nil {
 			t.Errorf("Decode(%q) accepted", bad)
 		}
+	}
+}
+
+func TestParsePatchJSONColumn(t *testing.T) {
+	s := testSchema(t)
+	tests := []struct{ name, body, want string }{
+		{"push to column", `{"$push":{"j":1}}`, `U|{"json":{"j":[{"op":"$push","values":[1]}]}}`},
+		{"set inside", `{"$set":{"j.a.b":{"x":1.50}}}`, `U|{"json":{"j":[{"op":"$set","path":"a.b","value":{"x":1.5}}]}}`},
+		{"inc inside", `{"$inc":{"j.n":2}}`, `U|{"json":{"j":[{"op":"$inc","path":"n","value":2}]}}`},
+		{"pull in", `{"$pull":{"j.l":{"$in":[1,"a"]}}}`, `U|{"json":{"j":[{"op":"$pull","path":"l","values":[1,"a"],"in":true}]}}`},
+		{"paths in order", `{"$unset":{"j.b":""},"$addToSet":{"j.a":{"$each":[1,1]}},"$set":{"n":2}}`,
+			`U|{"$set":{"n":2},"json":{"j":[{"op":"$addToSet","path":"a","values":[1,1]},{"op":"$unset","path":"b"}]}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := patch(t, s, tc.body)
+			if got := string(Encode(c)); got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestApplyJSONColumn(t *testing.T) {
+	s := testSchema(t)
+	tests := []struct{ name, j, body, want string }{
+		{"push to null column", `null`, `{"$push":{"j":1}}`, `[1]`},
+		{"set inside null column", `null`, `{"$set":{"j.a.b":1}}`, `{"a":{"b":1}}`},
+		{"unset inside null column", `null`, `{"$unset":{"j.a":""}}`, `null`},
+		{"pull from null column", `null`, `{"$pull":{"j":1}}`, `null`},
+		{"inc inside", `{"n":1,"m":2}`, `{"$inc":{"j.n":0.5}}`, `{"n":1.5,"m":2}`},
+		{"addToSet keeps order", `{"l":["b"]}`, `{"$addToSet":{"j.l":{"$each":["a","b","c"]}}}`, `{"l":["b","a","c"]}`},
+		{"stored spelling kept", `{"x":1.50,"l":[1]}`, `{"$push":{"j.l":2}}`, `{"x":1.50,"l":[1,2]}`},
+		// jsonb does not keep field order: objects are equal regardless of it.
+		{"addToSet object in another order", `{"l":[{"a":2,"b":1}]}`, `{"$addToSet":{"j.l":{"b":1,"a":2}}}`, `{"l":[{"a":2,"b":1}]}`},
+		{"pull array of object in another order", `{"l":[[{"a":2,"b":1}],3]}`, `{"$pull":{"j.l":[{"b":1,"a":2}]}}`, `{"l":[3]}`},
+		{"pull in object in another order", `{"l":[{"a":2,"b":1},3]}`, `{"$pull":{"j.l":{"$in":[{"b":1,"a":2}]}}}`, `{"l":[3]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base, err := ParsePut(s, "1", []byte(`{"req":"r","j":`+tc.j+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Apply(base.Doc, patch(t, s, tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got["j"]) != tc.want {
+				t.Fatalf("j = %s, want %s", got["j"], tc.want)
+			}
+		})
+	}
+	base, _ := ParsePut(s, "1", []byte(`{"req":"r","j":{"a":"s"}}`))
+	_, err := Apply(base.Doc, patch(t, s, `{"$push":{"j.a":1}}`))
+	var te *TypeError
+	if !errors.As(err, &te) || te.Path != "j.a" {
+		t.Fatalf("push to a string inside a JSON column: got %v, want a *TypeError for j.a", err)
+	}
+}
+
+// TestCompactJSONColumn: operators inside a JSON column go to Effect.JSON,
+// unless the run set the column, in which case Set holds the result.
+func TestCompactJSONColumn(t *testing.T) {
+	s := testSchema(t)
+	e, err := Compact([]Change{patch(t, s, `{"$push":{"j.l":1}}`), patch(t, s, `{"$push":{"j.l":2},"$inc":{"n":1}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Set) != 0 || len(e.JSON["j"]) != 1 || len(e.JSON["j"][0].Values) != 2 || e.Inc["n"][0] != "1" {
+		t.Fatalf("got %+v, want one $push of [1,2] in JSON and $inc of n", e)
+	}
+	e, err = Compact([]Change{patch(t, s, `{"$set":{"j":{"l":[0]}}}`), patch(t, s, `{"$push":{"j.l":1}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Set["j"]) != `{"l":[0,1]}` || len(e.JSON) != 0 {
+		t.Fatalf("got %+v, want Set j = {\"l\":[0,1]}", e)
+	}
+	e, err = Compact([]Change{patch(t, s, `{"$push":{"j.l":1}}`), patch(t, s, `{"$unset":{"j":""}}`)})
+	if err != nil || string(e.Set["j"]) != "null" || len(e.JSON) != 0 {
+		t.Fatalf("got %+v, %v; want Set j = null only", e, err)
+	}
+	if _, err := Compact([]Change{patch(t, s, `{"$set":{"j":"s"}}`), patch(t, s, `{"$push":{"j":1}}`)}); !errors.As(err, new(*TypeError)) {
+		t.Fatalf("push to a string set in the same run: got %v, want a *TypeError", err)
 	}
 }
 

@@ -5,43 +5,100 @@ import (
 	"testing"
 )
 
-// FuzzParse feeds arbitrary bodies to the parsers: they must either accept
-// (and then the change must encode, decode and apply without error) or
-// reject with a client error — never panic, never fail otherwise.
+// FuzzParse feeds arbitrary bodies to the parsers of a table's schema and
+// of a document collection's (dynamic) schema: they must either accept (and
+// then the change must encode, decode and apply, failing at most with a
+// *TypeError against the base document; compact; compact into an
+// equivalent sequence; and convert into an idempotent one) or reject with a
+// client error — never panic, never fail otherwise.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		`{"$set":{"name":"x","n":1}}`, `{"$inc":{"n":-5,"f":0.25}}`, `{"$unset":{"name":""}}`,
 		`{"name":"a","req":"b"}`, `{`, `[]`, `{"$inc":{"n":"1"}}`, `{"$set":{"j":{"a":[1,{"b":null}]}}}`,
 		`{"$inc":{"n":1e400}}`, "{\"$set\":{\"name\":\"\xff\"}}",
+		`{"$push":{"j.l":{"$each":[1,{"x":2}]}}}`, `{"$addToSet":{"j":"v","a.b":[1]}}`,
+		`{"$pull":{"l":{"$in":[1,[2],null]}},"$set":{"a.0.b":1.0}}`, `{"$inc":{"a.b":1,"n":2.5},"$unset":{"l.1":""}}`,
+		`{"$set":{"a":1},"$push":{"a.b":1}}`, `{"a":{"b":[1,2]},"_id":"1"}`, `{"$set":{"a.$.b":1}}`,
 	} {
 		f.Add([]byte(s))
 	}
-	s := testSchema(f)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, parse := range []func([]byte) (Change, error){
-			func(b []byte) (Change, error) { return ParsePatch(s, b) },
-			func(b []byte) (Change, error) { return ParsePut(s, "1", b) },
-		} {
-			c, err := parse(body)
-			if err != nil {
-				var ce *Error
-				if !errors.As(err, &ce) {
-					t.Fatalf("non-client error %v", err)
-				}
-				continue
+	// Fuzzing looks for logic errors, not for the cost of a 7 MB array.
+	defer func(n int) { maxPadding = n }(maxPadding)
+	maxPadding = 1000
+	targets := fuzzTargets(f)
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzCheck(t, targets, body) })
+}
+
+// fuzzTarget is a parser and a document to apply what it accepts to.
+type fuzzTarget struct {
+	parse func([]byte) (Change, error)
+	base  Doc
+}
+
+func fuzzTargets(t testing.TB) []fuzzTarget {
+	s := testSchema(t)
+	d := docSchema(t)
+	sqlBase, err := ParsePut(s, "1", []byte(`{"req":"r","n":0,"f":0,"j":{"l":[1],"a":{}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docBase, err := ParsePut(d, "1", []byte(`{"a":{"b":[1,"x"],"n":1},"l":[1,2,[2]],"s":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []fuzzTarget{
+		{func(b []byte) (Change, error) { return ParsePatch(s, b) }, sqlBase.Doc},
+		{func(b []byte) (Change, error) { return ParsePut(s, "1", b) }, sqlBase.Doc},
+		{func(b []byte) (Change, error) { return ParsePatch(d, b) }, docBase.Doc},
+		{func(b []byte) (Change, error) { return ParsePut(d, "1", b) }, docBase.Doc},
+	}
+}
+
+// fuzzCheck is FuzzParse's check of one body.
+func fuzzCheck(t *testing.T, targets []fuzzTarget, body []byte) {
+	for _, tg := range targets {
+		c, err := tg.parse(body)
+		if err != nil {
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("non-client error %v", err)
 			}
-			c.Seq = 1
-			d, err := Decode("1|0|" + string(Encode(c)))
-			if err != nil {
-				t.Fatalf("accepted change does not round-trip: %v", err)
-			}
-			base, _ := ParsePut(s, "1", []byte(`{"req":"r","n":0,"f":0}`))
-			if _, err := ApplyAll(base.Doc, []Change{d}); err != nil {
-				t.Fatalf("accepted change does not apply: %v", err)
-			}
-			if _, err := Compact([]Change{d, d}); err != nil {
-				t.Fatalf("accepted change does not compact: %v", err)
-			}
+			continue
 		}
-	})
+		c.Seq = 1
+		enc := Encode(c)
+		dc, err := Decode("1|0|" + string(enc))
+		if err != nil {
+			t.Fatalf("accepted change does not round-trip: %v", err)
+		}
+		if again := Encode(dc); string(again) != string(enc) {
+			t.Fatalf("round trip changed %s into %s", enc, again)
+		}
+		pair := []Change{dc, dc}
+		pair[1].Seq = 2
+		want, err := ApplyAll(tg.base, pair)
+		var te *TypeError
+		if err != nil && !errors.As(err, &te) {
+			t.Fatalf("accepted change does not apply: %v", err)
+		}
+		if _, err := Compact(pair); err != nil && !errors.As(err, &te) {
+			t.Fatalf("accepted change does not compact: %v", err)
+		}
+		if want == nil {
+			continue
+		}
+		if got, err := ApplyAll(tg.base, CompactDoc(pair)); err != nil || !docEqual(got, want) {
+			t.Fatalf("CompactDoc: got %s (%v), want %s", docString(got), err, docString(want))
+		}
+		conv, err := Idempotent(tg.base, pair)
+		if err != nil {
+			t.Fatalf("Idempotent: %v", err)
+		}
+		once, err1 := ApplyAll(tg.base, conv)
+		twice, err2 := ApplyAll(once, conv)
+		if err1 != nil || err2 != nil || !docEqual(once, want) || !docEqual(twice, want) {
+			t.Fatalf("Idempotent %s: once %s (%v), twice %s (%v), want %s",
+				changesString(conv), docString(once), err1, docString(twice), err2, docString(want))
+		}
+	}
 }

@@ -192,6 +192,12 @@ func (s *Service) Patch(ctx context.Context, coll, id string, body []byte) (int6
 	if err != nil {
 		return 0, err
 	}
+	// Array operators and paths into JSON columns parse (internal/change)
+	// but neither the cache script nor the SQL stores apply them yet:
+	// refuse them rather than acknowledge a change that would be dropped.
+	if len(ch.JSON) > 0 || len(ch.Ops) > 0 {
+		return 0, &change.Error{Msg: "operators $push, $addToSet, $pull and paths into JSON columns are not supported by this store yet; use $set on the whole column"}
+	}
 	return s.write(ctx, c, id, ch)
 }
 

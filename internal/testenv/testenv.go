@@ -1,6 +1,7 @@
 // Package testenv locates the real services that integration tests talk to
-// (Redis, PostgreSQL, MariaDB/MySQL) and fails a test, with a message that
-// says how to start them, when one does not answer. It never skips.
+// (Redis, PostgreSQL, MariaDB/MySQL, a MongoDB-wire server) and fails a test,
+// with a message that says how to start them, when one does not answer. It
+// never skips.
 //
 // The addresses come from environment variables with defaults matching
 // scripts/services.sh:
@@ -8,6 +9,7 @@
 //	WRITEBACK_TEST_PG_DSN     postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable
 //	WRITEBACK_TEST_MYSQL_DSN  root@tcp(127.0.0.1:3306)/writeback
 //	WRITEBACK_TEST_REDIS      127.0.0.1:6379
+//	WRITEBACK_TEST_MONGO_URI  mongodb://127.0.0.1:27017
 package testenv
 
 import (
@@ -25,6 +27,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Defaults of the environment variables.
@@ -32,6 +36,7 @@ const (
 	DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable"
 	DefaultMySQLDSN    = "root@tcp(127.0.0.1:3306)/writeback"
 	DefaultRedisAddr   = "127.0.0.1:6379"
+	DefaultMongoURI    = "mongodb://127.0.0.1:27017"
 )
 
 // checkTimeout bounds how long a service may take to answer.
@@ -133,6 +138,29 @@ func RedisAddr(t testing.TB) string {
 		t.Fatalf("testenv: Redis is unreachable at %s (%v); %s.", addr, err, startHint)
 	}
 	return addr
+}
+
+// MongoURI returns the URI of the test MongoDB-wire server (FerretDB in
+// dev/CI, started by scripts/ferretdb.sh), after checking that it answers a
+// ping.
+func MongoURI(t testing.TB) string {
+	t.Helper()
+	uri := env("WRITEBACK_TEST_MONGO_URI", DefaultMongoURI)
+	err := checkOnce("mongo "+uri, func(ctx context.Context) error {
+		opts := options.Client().ApplyURI(uri).
+			SetConnectTimeout(checkTimeout).
+			SetServerSelectionTimeout(checkTimeout)
+		client, err := mongo.Connect(opts)
+		if err != nil {
+			return err
+		}
+		defer client.Disconnect(context.Background())
+		return client.Ping(ctx, nil)
+	})
+	if err != nil {
+		t.Fatalf("testenv: the MongoDB-wire server is unreachable at %s (%v); %s.", uri, err, startHint)
+	}
+	return uri
 }
 
 // Store names a test database: the driver name store.Open takes and its
