@@ -10,6 +10,7 @@ import (
 
 func TestServicesAnswer(t *testing.T) {
 	assert.NotEmpty(t, RedisAddr(t))
+	assert.NotEmpty(t, MongoURI(t))
 	stores := Stores(t)
 	assert.Equal(t, Store{Driver: "postgres", DSN: PostgresDSN(t)}, stores["postgres"])
 	assert.Equal(t, Store{Driver: "mysql", DSN: MySQLDSN(t)}, stores["mysql"])
@@ -30,6 +31,7 @@ func TestUnreachableServiceFails(t *testing.T) {
 	t.Setenv("WRITEBACK_TEST_REDIS", "127.0.0.1:1")
 	t.Setenv("WRITEBACK_TEST_PG_DSN", "postgres://postgres@127.0.0.1:1/writeback?sslmode=disable")
 	t.Setenv("WRITEBACK_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:1)/writeback")
+	t.Setenv("WRITEBACK_TEST_MONGO_URI", "mongodb://127.0.0.1:1")
 	cases := []struct {
 		name, service, addr string
 		call                func(testing.TB) string
@@ -37,6 +39,7 @@ func TestUnreachableServiceFails(t *testing.T) {
 		{"redis", "Redis", "127.0.0.1:1", RedisAddr},
 		{"postgres", "PostgreSQL", "127.0.0.1:1/writeback", PostgresDSN},
 		{"mysql", "MariaDB/MySQL", "127.0.0.1:1/writeback", MySQLDSN},
+		{"mongo", "the MongoDB-wire server", "mongodb://127.0.0.1:1", MongoURI},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
