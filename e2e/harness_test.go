@@ -129,8 +129,13 @@ func (e *env) redisKeys() int {
 func (e *env) coll(db string) string { return db + "_" + e.table }
 
 // config writes a sidecar config for both collections with the given policy.
+// The Redis-protocol front door is off unless extra sets listenResp (its
+// default port would clash between the sidecars of one test).
 func (e *env) config(listen, policy string, extra string) string {
 	e.t.Helper()
+	if !strings.Contains(extra, "listenResp:") {
+		extra = "listenResp: \"\"\n" + extra
+	}
 	cfg := fmt.Sprintf(`listen: %s
 redis:
   addrs: [%s]

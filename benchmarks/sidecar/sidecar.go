@@ -44,6 +44,9 @@ type Options struct {
 	Log *slog.Logger
 	// Configure, if set, adjusts the configuration before it is validated.
 	Configure func(*config.Config)
+	// ListenResp is the address of the Redis-protocol front door, e.g.
+	// "127.0.0.1:0" for a free port; empty disables it.
+	ListenResp string
 }
 
 // Sidecar is a running in-process sidecar.
@@ -82,6 +85,7 @@ func Start(ctx context.Context, o Options) (*Sidecar, error) {
 	}
 
 	yml := fmt.Sprintf(`listen: 127.0.0.1:0
+listenResp: %q
 redis:
   addrs: [%q]
   keyPrefix: %q
@@ -89,7 +93,7 @@ stores:
   db: {driver: %s, dsn: %q}
 collections:
   %s: {store: db, table: %s, key: %s, policy: %s}
-`, o.RedisAddr, s.Prefix, o.Driver, o.DSN, o.Collection, o.Collection, o.Key, o.Policy)
+`, o.ListenResp, o.RedisAddr, s.Prefix, o.Driver, o.DSN, o.Collection, o.Collection, o.Key, o.Policy)
 	cfg, err := config.Parse("sidecar.Options", []byte(yml))
 	if err != nil {
 		s.rdb.Close()
@@ -133,6 +137,10 @@ collections:
 
 // Addr is the address of the sidecar's API.
 func (s *Sidecar) Addr() string { return s.srv.Addr() }
+
+// RespAddr is the address of the sidecar's Redis-protocol front door; ""
+// unless Options.ListenResp was set.
+func (s *Sidecar) RespAddr() string { return s.srv.RespAddr() }
 
 // Metric reads one of the sidecar's metrics by its full name
 // ("writeback_cache_hits_total"), summed over its label values: for a

@@ -104,6 +104,15 @@ const (
 	// Voided: a concurrent write voided the token between the two calls;
 	// start over with a new token.
 	Voided
+	// Exists: a put with IfAbsent found the document; nothing was buffered.
+	Exists
+	// NeedCache: a counting patch found the document only as a buffered
+	// write, not cached; read it through (which installs the entry) and
+	// write again. Nothing was buffered.
+	NeedCache
+	// Overflow: a counting increment would overflow an integer or make a
+	// float infinite; nothing was buffered.
+	Overflow
 )
 
 // WriteOptions qualify a Write.
@@ -115,6 +124,28 @@ type WriteOptions struct {
 	// read after a NeedBase answer.
 	HaveBase bool
 	Base     change.Doc
+	// Count makes the write report what it found, atomically with it (see
+	// WriteResult): a patch then needs the entry cached (NeedCache), a
+	// delete of a missing document buffers nothing (NotFound), and an
+	// increment that would overflow buffers nothing (Overflow). A counting
+	// patch holds either only $set/$unset or exactly one $inc.
+	Count bool
+	// IfAbsent makes a put only create the document: Exists when it exists.
+	IfAbsent bool
+}
+
+// WriteResult is what a Write did and, for a counting write, what it found.
+type WriteResult struct {
+	Seq     int64
+	Outcome Outcome
+	// Added counts the fields a counting $set gave a value that were absent
+	// or null before; Removed the fields a counting $unset made null that
+	// were not.
+	Added, Removed int64
+	// Value is, for a counting $inc of an integer column, the field's new
+	// value; of a float column, its value before the write (nil when null),
+	// since the cache entry is dropped and the sum is left to the reader.
+	Value json.RawMessage
 }
 
 // Write buffers c for the document (coll, id) in one atomic step: it
@@ -122,12 +153,73 @@ type WriteOptions struct {
 // voids I leases, counts pinned bytes and updates (or invalidates) the cache
 // entry. schema tells integer columns (incremented in place) from others.
 func (b *Buffer) Write(ctx context.Context, coll, id string, c change.Change, s *change.Schema, o WriteOptions) (int64, Outcome, error) {
+	r, err := b.WriteCounted(ctx, coll, id, c, s, o)
+	return r.Seq, r.Outcome, err
+}
+
+// WriteCounted is Write with its whole result, for writes with o.Count or
+// o.IfAbsent.
+func (b *Buffer) WriteCounted(ctx context.Context, coll, id string, c change.Change, s *change.Schema, o WriteOptions) (WriteResult, error) {
+	keys, args := b.writeCall(coll, id, c, s, o)
+	v, err := writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+	if err != nil {
+		return WriteResult{}, fmt.Errorf("buffer: write: %w", err)
+	}
+	return parseWrite(v)
+}
+
+// WriteRequest is one write of a WriteBatch.
+type WriteRequest struct {
+	Coll, ID string
+	Change   change.Change
+	Schema   *change.Schema
+	Options  WriteOptions
+}
+
+// WriteBatch runs the writes in one round trip, as WriteCounted would run
+// them one by one: each is its own atomic step (they are not a
+// transaction), applied in order. results[i] and errs[i] belong to reqs[i].
+func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
+	results, errs := make([]WriteResult, len(reqs)), make([]error, len(reqs))
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(reqs))
+	for i, r := range reqs {
+		keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
+		cmds[i] = writeScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, cmd := range cmds {
+		v, err := cmd.Slice()
+		if isNoScript(err) {
+			// The script was not loaded (first use, or a Redis restart):
+			// this write did not run. Run loads the script.
+			r := reqs[i]
+			keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
+			v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("buffer: write: %w", err)
+			continue
+		}
+		results[i], errs[i] = parseWrite(v)
+	}
+	return results, errs
+}
+
+// writeCall returns the keys and arguments of writeScript for a write.
+func (b *Buffer) writeCall(coll, id string, c change.Change, s *change.Schema, o WriteOptions) ([]string, []any) {
 	part := b.Partition(coll, id)
 	m := Member(coll, id)
 	keys := []string{b.cacheKey(part, m), b.bwKey(part, m), b.pendingKey(part), b.statsKey(part), b.seqKey(part), b.ileaseKey(part, m)}
 	mode := "u"
 	if o.Invalidate {
 		mode = "x"
+	}
+	if o.Count {
+		mode += "c"
+	}
+	if o.IfAbsent {
+		mode += "a"
 	}
 	args := make([]any, 0, 16)
 	args = append(args, string(c.Kind), m, change.Encode(c), ttlMillis(o.TTL), mode, o.Token, b.lease.Milliseconds())
@@ -158,23 +250,45 @@ func (b *Buffer) Write(ctx context.Context, coll, id string, c change.Change, s 
 			} else {
 				// Float sums are left to the next read so that the cached
 				// value is computed exactly as the store will compute it.
-				args = append(args, "X", f, "")
+				args = append(args, "X", f, string(n))
 			}
 		}
 	}
-	res, err := writeScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return 0, 0, fmt.Errorf("buffer: write: %w", err)
+	return keys, args
+}
+
+// parseWrite decodes writeScript's answer.
+func parseWrite(v []any) (WriteResult, error) {
+	if len(v) == 0 {
+		return WriteResult{}, errors.New("buffer: write: malformed reply")
 	}
-	switch res[0] {
+	code, _ := v[0].(int64)
+	switch code {
 	case 0:
-		return 0, NeedBase, nil
+		return WriteResult{Outcome: NeedBase}, nil
 	case -1:
-		return 0, NotFound, nil
+		return WriteResult{Outcome: NotFound}, nil
 	case -2:
-		return 0, Voided, nil
+		return WriteResult{Outcome: Voided}, nil
+	case -3:
+		return WriteResult{Outcome: Exists}, nil
+	case -4:
+		return WriteResult{Outcome: NeedCache}, nil
+	case -5:
+		return WriteResult{Outcome: Overflow}, nil
 	}
-	return res[0], Buffered, nil
+	if code < 0 {
+		return WriteResult{}, fmt.Errorf("buffer: write: unknown answer %d", code)
+	}
+	r := WriteResult{Seq: code, Outcome: Buffered}
+	if len(v) >= 4 {
+		r.Added, _ = v[1].(int64)
+		r.Removed, _ = v[2].(int64)
+		if s, ok := v[3].(string); ok {
+			r.Value = json.RawMessage(s)
+		}
+	}
+	return r, nil
 }
 
 func ttlMillis(d time.Duration) int64 {
@@ -234,6 +348,28 @@ func (b *Buffer) Read(ctx context.Context, coll, id, token string) (ReadResult, 
 		return ReadResult{}, err
 	}
 	return ReadResult{Pending: pending}, nil
+}
+
+// Peek returns the cache entries of docs as Redis holds them (field →
+// canonical JSON text), nil where a document is not cached, in one round
+// trip. It is the hit half of Read for many documents: a miss must still go
+// through Read.
+func (b *Buffer) Peek(ctx context.Context, docs []DocRef) ([]map[string]string, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(docs))
+	for i, d := range docs {
+		cmds[i] = pipe.HGetAll(ctx, b.cacheKey(d.Part, d.Member))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("buffer: read: %w", err)
+	}
+	out := make([]map[string]string, len(docs))
+	for i, c := range cmds {
+		if h := c.Val(); len(h) > 0 {
+			out[i] = h
+		}
+	}
+	return out, nil
 }
 
 func decodeEntries(items []any) ([]change.Change, error) {

@@ -60,20 +60,45 @@ end
 // KEYS: 1 cache entry (hash), 2 buffered write (list), 3 pending index
 // (zset), 4 partition stats (hash), 5 partition sequence, 6 I leases (hash).
 // ARGV: 1 kind (P U D), 2 pending member, 3 body, 4 cache TTL ms,
-// 5 cache mode ("u" update the entry, "x" invalidate it), 6 I-lease token,
-// 7 I-lease lifetime ms, 8 base: "-" none, "0" the store has no such
-// document, "n" n base field pairs follow; then the base pairs; then the
-// cache operations: for P field/value pairs, for U triples op/field/value
-// (op S set, I integer increment, X invalidate the entry).
+// 5 cache mode ("u" update the entry, "x" invalidate it) followed by flags
+// (below), 6 I-lease token, 7 I-lease lifetime ms, 8 base: "-" none, "0" the
+// store has no such document, "n" n base field pairs follow; then the base
+// pairs; then the cache operations: for P field/value pairs, for U triples
+// op/field/value (op S set, I integer increment, X float increment:
+// invalidate the entry).
 //
 // Returns {seq} when buffered, {0} when the document's existence is unknown
 // (no cache entry, nothing pending: the caller must read the store and call
 // again with the base and the same token, which this call registered as an I
 // lease), {-1} when a patch targets a missing document, {-2} when the token
 // was voided by a concurrent write (start over).
+//
+// Flags, for the Redis-protocol front door, whose replies report what a
+// write found (HSET's count of new fields, HINCRBY's new value, DEL's count),
+// exactly and atomically with the write:
+//
+//   - "c" (counting): the answer is computed against the cache entry in the
+//     same step as the write. A patch needs the entry cached (or its base
+//     installed by this call): when the document exists only as a buffered
+//     write it returns {-4} and buffers nothing; the caller reads it through
+//     (which installs the entry) and tries again. A delete of a document
+//     that does not exist returns {-1} and buffers nothing. The change of a
+//     counting patch is either only S operations or exactly one I or X
+//     operation. An I that would overflow, or an X that would make the
+//     float infinite, returns {-5} and buffers nothing. Buffered, it returns
+//     {seq, added, removed, value}: added counts the S operations that gave
+//     a value to a field that was absent or null, removed those that made a
+//     non-null field null; value is the field's new value for I and its old
+//     value (nil when null) for X.
+//   - "a" (if absent): a put that only creates. If the document exists it
+//     returns {-3} and buffers nothing; existence is decided like a patch's,
+//     with {0} asking for the base.
 var writeScript = redis.NewScript(luaEntry + `
 local kind, member, body = ARGV[1], ARGV[2], ARGV[3]
-local ttl, mode, token, lease = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local ttl, token, lease = tonumber(ARGV[4]), ARGV[6], ARGV[7]
+local mode = string.sub(ARGV[5], 1, 1)
+local counting = string.find(ARGV[5], 'c', 2, true) ~= nil
+local ifabsent = string.find(ARGV[5], 'a', 2, true) ~= nil
 local cached = redis.call('EXISTS', KEYS[1]) == 1
 local blen = redis.call('LLEN', KEYS[2])
 local i = 9
@@ -81,7 +106,7 @@ local nbase = 0
 if ARGV[8] ~= '-' then nbase = tonumber(ARGV[8]) end
 local base_at = i
 i = i + 2 * nbase
-if kind == 'U' and not cached then
+if (kind == 'U' or counting or ifabsent) and not cached then
   local exists
   if blen > 0 then
     local _, _, k = entry_seq_ms(redis.call('LINDEX', KEYS[2], -1))
@@ -95,7 +120,7 @@ if kind == 'U' and not cached then
   else
     redis.call('HDEL', KEYS[6], token)
     exists = nbase > 0
-    if exists and mode == 'u' then
+    if exists and (mode == 'u' or counting) and kind ~= 'D' then
       for j = base_at, base_at + 2 * nbase - 1, 2 do
         redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1])
       end
@@ -103,7 +128,49 @@ if kind == 'U' and not cached then
       cached = true
     end
   end
-  if not exists then return {-1} end
+  if not exists then
+    if kind ~= 'P' then return {-1} end
+  elseif ifabsent then
+    return {-3}
+  elseif counting and kind == 'U' and not cached then
+    return {-4}
+  end
+elseif ifabsent and cached then
+  return {-3}
+end
+-- Counting: look at the entry before the write, and refuse what Redis
+-- would refuse before anything is buffered.
+local added, removed, value = 0, 0, false
+if counting and kind == 'U' then
+  for j = i, #ARGV, 3 do
+    local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+    local cur = redis.call('HGET', KEYS[1], f)
+    local was = cur and cur ~= 'null'
+    if op == 'S' then
+      if v == 'null' then
+        if was then removed = removed + 1 end
+      elseif not was then
+        added = added + 1
+      end
+    elseif op == 'I' then
+      -- The only operation: applied to the entry here, where an overflow
+      -- can still be refused (HINCRBY changes nothing when it fails).
+      if not was then
+        redis.call('HSET', KEYS[1], f, v)
+      else
+        local r = redis.pcall('HINCRBY', KEYS[1], f, v)
+        if type(r) == 'table' and r.err then return {-5} end
+      end
+      -- Read back as a string: Lua numbers are doubles.
+      value = redis.call('HGET', KEYS[1], f)
+    else
+      if was then
+        local sum = tonumber(cur) + tonumber(v)
+        if sum ~= sum or sum == math.huge or sum == -math.huge then return {-5} end
+        value = cur
+      end
+    end
+  end
 end
 local seq = redis.call('INCR', KEYS[5])
 local e = seq .. '|' .. now_ms() .. '|' .. body
@@ -131,16 +198,18 @@ elseif cached then
     if op == 'S' then
       redis.call('HSET', KEYS[1], f, v)
     elseif op == 'I' then
-      local cur = redis.call('HGET', KEYS[1], f)
-      if (not cur) or cur == 'null' then
-        redis.call('HSET', KEYS[1], f, v)
-      else
-        -- An entry that does not hold an integer here cannot be patched in
-        -- place; drop it and let the next read recompute it.
-        local r = redis.pcall('HINCRBY', KEYS[1], f, v)
-        if type(r) == 'table' and r.err then
-          redis.call('DEL', KEYS[1])
-          break
+      if not counting then
+        local cur = redis.call('HGET', KEYS[1], f)
+        if (not cur) or cur == 'null' then
+          redis.call('HSET', KEYS[1], f, v)
+        else
+          -- An entry that does not hold an integer here cannot be patched
+          -- in place; drop it and let the next read recompute it.
+          local r = redis.pcall('HINCRBY', KEYS[1], f, v)
+          if type(r) == 'table' and r.err then
+            redis.call('DEL', KEYS[1])
+            break
+          end
         end
       end
     else
@@ -149,6 +218,7 @@ elseif cached then
     end
   end
 end
+if counting then return {seq, added, removed, value} end
 return {seq}
 `)
 

@@ -17,7 +17,7 @@ import (
 // Config is the whole configuration of one sidecar.
 type Config struct {
 	Listen      string                `yaml:"listen"`     // API, /metrics, /healthz, /readyz
-	ListenResp  string                `yaml:"listenResp"` // Redis-protocol front door; empty disables (parsed, not served yet)
+	ListenResp  string                `yaml:"listenResp"` // Redis-protocol front door; empty disables it
 	Auth        Auth                  `yaml:"auth"`
 	Redis       Redis                 `yaml:"redis"`
 	Stores      map[string]Store      `yaml:"stores"`
@@ -29,10 +29,11 @@ type Config struct {
 	Log         Log                   `yaml:"log"`
 }
 
-// Auth protects the /v1 API.
+// Auth protects the /v1 API and the Redis-protocol front door.
 type Auth struct {
 	// Token, when set, must be sent by every /v1 request as
-	// "Authorization: Bearer <token>".
+	// "Authorization: Bearer <token>", and by every Redis-protocol
+	// connection with AUTH (or HELLO … AUTH default <token>).
 	Token string `yaml:"token"`
 }
 
@@ -128,7 +129,8 @@ type Log struct {
 // environment and the flags leave unset.
 func Default() *Config {
 	return &Config{
-		Listen: "127.0.0.1:8480",
+		Listen:     "127.0.0.1:8480",
+		ListenResp: "127.0.0.1:6380",
 		Redis: Redis{
 			Mode:        ModeStandalone,
 			KeyPrefix:   "wb",

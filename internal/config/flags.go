@@ -106,7 +106,7 @@ var bindings = []binding{
 		func(c *Config) *string { return &c.Listen }),
 	stringBinding("listen-resp", "host:port of the Redis-protocol front door; empty disables it",
 		func(c *Config) *string { return &c.ListenResp }),
-	stringBinding("auth-token", "bearer token every /v1 request must carry; empty disables auth",
+	stringBinding("auth-token", "token every /v1 request (bearer) and Redis-protocol connection (AUTH) must present; empty disables auth",
 		func(c *Config) *string { return &c.Auth.Token }),
 	listBinding("redis-addrs", "comma-separated host:port of the Redis servers, sentinels or cluster seeds",
 		func(c *Config) *[]string { return &c.Redis.Addrs }),

@@ -42,6 +42,7 @@ func TestLoadDefaults(t *testing.T) {
 			assert.Equal(t, want, got)
 
 			assert.Equal(t, "127.0.0.1:8480", got.Listen)
+			assert.Equal(t, "127.0.0.1:6380", got.ListenResp)
 			assert.Equal(t, "standalone", got.Redis.Mode)
 			assert.Equal(t, "wb", got.Redis.KeyPrefix)
 			assert.Equal(t, 2*time.Second, got.Redis.DialTimeout.Duration)
@@ -65,7 +66,7 @@ func TestLoadFull(t *testing.T) {
 	require.NoError(t, got.Validate())
 	want := &Config{
 		Listen:     "0.0.0.0:9000",
-		ListenResp: "127.0.0.1:6380",
+		ListenResp: "127.0.0.1:6390",
 		Auth:       Auth{Token: "s3cret"},
 		Redis: Redis{
 			Addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"}, Mode: "sentinel", MasterName: "mymaster",

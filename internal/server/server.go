@@ -1,7 +1,8 @@
 // Package server assembles a sidecar from its configuration: the Redis
-// client, the stores, the buffer, the appliers, the document service and the
-// HTTP API, and runs them until its context ends, then shuts them down in
-// order (stop accepting, finish in-flight requests, release ownership).
+// client, the stores, the buffer, the appliers, the document service, the
+// HTTP API and the Redis-protocol front door, and runs them until its
+// context ends, then shuts them down in order (stop accepting, finish
+// in-flight requests, release ownership).
 package server
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/docs"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/resp"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -46,6 +48,8 @@ type Server struct {
 	m        *metrics.Metrics
 	http     *http.Server
 	ln       net.Listener
+	resp     *resp.Server // nil when listenResp is empty
+	respLn   net.Listener
 	warnings []string
 }
 
@@ -155,6 +159,18 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %v; choose a free address with --listen", cfg.Listen, err)
 	}
+	if cfg.ListenResp != "" {
+		s.resp = resp.New(resp.Options{
+			Token:           cfg.Auth.Token,
+			MaxCommandBytes: int64(cfg.Limits.MaxBodyBytes),
+			Version:         Version,
+			InstanceID:      wb.InstanceID,
+		}, s.svc, s.buf, s.app, s.m, log)
+		s.respLn, err = net.Listen("tcp", cfg.ListenResp)
+		if err != nil {
+			return nil, fmt.Errorf("listenResp %s: %v; choose a free address with --listen-resp, or disable the Redis-protocol front door with --listen-resp=\"\"", cfg.ListenResp, err)
+		}
+	}
 	return s, nil
 }
 
@@ -182,6 +198,15 @@ func dsnOf(sc config.Store) string {
 // Addr is the address the API listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// RespAddr is the address the Redis-protocol front door listens on; ""
+// when it is disabled.
+func (s *Server) RespAddr() string {
+	if s.respLn == nil {
+		return ""
+	}
+	return s.respLn.Addr().String()
+}
+
 // Run serves until ctx is done, then shuts down gracefully: the listener
 // stops accepting, in-flight requests finish (up to 10 s), the appliers
 // finish their batch and release their partitions, connections close.
@@ -198,23 +223,41 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.watch(appCtx)
 	}()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- s.http.Serve(s.ln) }()
-	s.log.Info("writeback serving", "addr", s.Addr(), "instance", s.cfg.Writeback.InstanceID, "collections", len(s.cfg.Collections))
+	if s.resp != nil {
+		go func() { errc <- s.resp.Serve(s.respLn) }()
+	}
+	s.log.Info("writeback serving", "addr", s.Addr(), "resp", s.RespAddr(), "instance", s.cfg.Writeback.InstanceID, "collections", len(s.cfg.Collections))
 
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// Both front doors stop accepting and finish what they have read, at
+	// the same time and within the same 10 s; then the appliers stop.
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = s.http.Shutdown(sctx)
+	var down sync.WaitGroup
+	down.Add(1)
+	go func() {
+		defer down.Done()
+		_ = s.http.Shutdown(sctx)
+	}()
+	if s.resp != nil {
+		down.Add(1)
+		go func() {
+			defer down.Done()
+			_ = s.resp.Shutdown(sctx)
+		}()
+	}
+	down.Wait()
 	stopApp()
 	wg.Wait()
 	s.close()
 	s.log.Info("writeback stopped")
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, resp.ErrServerClosed) {
 		err = nil
 	}
 	return err
@@ -250,5 +293,8 @@ func (s *Server) close() {
 	}
 	if s.ln != nil {
 		_ = s.ln.Close()
+	}
+	if s.respLn != nil {
+		_ = s.respLn.Close()
 	}
 }
