@@ -63,7 +63,7 @@ type env struct {
 	dsns   map[string]string
 }
 
-// newEnv creates a table `<table>(id bigint primary key, n bigint, s text)`
+// newEnv creates a table `<table>(id bigint primary key, n bigint, s text, j json)`
 // in PostgreSQL and MariaDB with rows 1..docs (n = 0), and a Redis prefix.
 func newEnv(t *testing.T, docs int) *env {
 	t.Helper()
@@ -81,7 +81,8 @@ func newEnv(t *testing.T, docs int) *env {
 		if name == "maria" {
 			textType = "varchar(255)"
 		}
-		e.exec(db, fmt.Sprintf("CREATE TABLE %s (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0, s %s)", e.table, textType))
+		jsonType := map[string]string{"pg": "jsonb", "maria": "JSON"}[name]
+		e.exec(db, fmt.Sprintf("CREATE TABLE %s (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0, s %s, j %s)", e.table, textType, jsonType))
 		for lo := 1; lo <= docs; lo += 500 {
 			var vals []string
 			for i := lo; i < lo+500 && i <= docs; i++ {

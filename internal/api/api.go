@@ -163,9 +163,14 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		w.Header().Set("Retry-After", "1")
 		ae = apiError(http.StatusConflict, "aborted", "too many concurrent writes to the document; retry with backoff")
 	case errors.As(err, &se) && store.IsPermanent(se.Err):
-		ae = apiError(http.StatusBadRequest, "invalid_argument", "the store rejected the change: "+oneLine(se.Err.Error()))
+		h.log.Warn("the store rejected a change", "method", r.Method, "path", r.URL.Path, "err", se.Err)
+		ae = apiError(http.StatusBadRequest, "invalid_argument", "the store rejected the change ("+storeReason(se.Err)+")")
+	case errors.As(err, &se) && se.Buffered > 0:
+		h.log.Warn("store unavailable for a synchronous write", "method", r.Method, "path", r.URL.Path, "err", se.Err)
+		ae = apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("the store is unavailable, but the change is buffered as seq %d and will be applied when it recovers, so do not retry it", se.Buffered))
 	case errors.As(err, &se):
-		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the store is unavailable: "+oneLine(se.Err.Error()))
+		h.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", se.Err)
+		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry with backoff")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the request timed out or was cancelled")
 	default:
@@ -175,6 +180,36 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	var body client.ErrorBody
 	body.Error.Code, body.Error.Message = ae.Code, ae.Msg
 	writeJSON(w, ae.Status, body)
+}
+
+// storeReason is a short, data-free description of a store's rejection:
+// the database's error class (SQLSTATE or MySQL error number) and its kind,
+// without the message, which can quote other rows' values. The full error
+// is logged.
+func storeReason(err error) string {
+	msg := err.Error()
+	for _, p := range []struct{ needle, reason string }{
+		{"SQLSTATE 23", "a constraint was violated"},
+		{"SQLSTATE 22", "a value does not fit its column"},
+		{"Error 1062", "a unique constraint was violated"},
+		{"Error 4025", "a check constraint was violated"},
+		{"Error 3819", "a check constraint was violated"},
+		{"Error 1048", "a NOT NULL column got null"},
+		{"Error 1406", "a value is too long for its column"},
+		{"Error 1264", "a value is out of range for its column"},
+		{"Error 1452", "a foreign key was violated"},
+	} {
+		if strings.Contains(msg, p.needle) {
+			code := p.needle
+			if i := strings.Index(msg, p.needle); i >= 0 {
+				if end := strings.IndexAny(msg[i+len(p.needle):], ") :"); end >= 0 {
+					code = msg[i : i+len(p.needle)+end]
+				}
+			}
+			return p.reason + ", " + code
+		}
+	}
+	return "see the sidecar's log"
 }
 
 func oneLine(s string) string {

@@ -143,9 +143,8 @@ func (a *Applier) Prepare(ctx context.Context) error {
 			floor = max(floor, s)
 		}
 	}
-	if floor == 0 {
-		return nil
-	}
+	// Every partition's sequence is created here, even at 0: from now on a
+	// missing one means Redis lost it (see buffer.Buffer.Reseed).
 	for p := range a.buf.Partitions() {
 		if err := a.buf.RaiseSeq(ctx, p, floor); err != nil {
 			return fmt.Errorf("bgt: raising sequence of partition %d: %w", p, err)

@@ -30,6 +30,13 @@ type Buffer struct {
 	prefix string
 	parts  int
 	lease  time.Duration // I-lease lifetime
+
+	// Reseed recreates the partitions' sequences above every seq the stores
+	// recorded as applied (bgt.Applier.Prepare). Writes call it when they
+	// find a sequence missing — Redis lost it — and try again. Nil: the
+	// sequences are recreated from 0, which only a fresh deployment or a
+	// test may do.
+	Reseed func(context.Context) error
 }
 
 // New returns a Buffer over rdb whose keys start with prefix and whose
@@ -162,10 +169,40 @@ func (b *Buffer) Write(ctx context.Context, coll, id string, c change.Change, s 
 func (b *Buffer) WriteCounted(ctx context.Context, coll, id string, c change.Change, s *change.Schema, o WriteOptions) (WriteResult, error) {
 	keys, args := b.writeCall(coll, id, c, s, o)
 	v, err := writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+	if err == nil && missingSeq(v) {
+		if err := b.reseed(ctx); err != nil {
+			return WriteResult{}, err
+		}
+		v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+	}
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("buffer: write: %w", err)
 	}
 	return parseWrite(v)
+}
+
+func missingSeq(v []any) bool {
+	if len(v) == 0 {
+		return false
+	}
+	code, _ := v[0].(int64)
+	return code == -6
+}
+
+// reseed recreates missing sequences (see Reseed).
+func (b *Buffer) reseed(ctx context.Context) error {
+	if b.Reseed != nil {
+		if err := b.Reseed(ctx); err != nil {
+			return fmt.Errorf("buffer: recreating lost sequences: %w", err)
+		}
+		return nil
+	}
+	for p := range b.parts {
+		if err := b.RaiseSeq(ctx, p, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteRequest is one write of a WriteBatch.
@@ -196,6 +233,13 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 			r := reqs[i]
 			keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
 			v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+		}
+		if err == nil && missingSeq(v) {
+			if err = b.reseed(ctx); err == nil {
+				r := reqs[i]
+				keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
+				v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+			}
 		}
 		if err != nil {
 			errs[i] = fmt.Errorf("buffer: write: %w", err)
@@ -558,7 +602,7 @@ func (b *Buffer) Reject(ctx context.Context, coll, id string, lastSeq int64, dl 
 		}
 		rec = string(bs)
 	}
-	keys := []string{b.pendingKey(part), b.statsKey(part), b.bwKey(part, m), b.cacheKey(part, m), b.deadKey(part)}
+	keys := []string{b.pendingKey(part), b.statsKey(part), b.bwKey(part, m), b.cacheKey(part, m), b.deadKey(part), b.ileaseKey(part, m)}
 	n, err := deadScript.Run(ctx, b.rdb, keys, m, lastSeq, rec).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("buffer: reject: %w", err)

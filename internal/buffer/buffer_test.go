@@ -202,3 +202,51 @@ func TestOwnershipLeases(t *testing.T) {
 		t.Fatalf("seq after RaiseSeq(100) = %d, want 101", seq)
 	}
 }
+
+// A reader that missed while a change was buffered must not install a value
+// containing it once the store rejected it.
+func TestRejectVoidsFills(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	put, _ := change.ParsePut(s, "9", []byte(`{"n":1}`))
+	seq, _, err := b.Write(ctx, "c", "9", put, s, WriteOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Evict(ctx, "c", "9")
+	tok := NewToken()
+	r, err := b.Read(ctx, "c", "9", tok) // the miss sees the put
+	if err != nil || r.Hit || len(r.Pending) != 1 {
+		t.Fatalf("read: %+v %v", r, err)
+	}
+	if _, err := b.Reject(ctx, "c", "9", seq, nil); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := change.ApplyAll(nil, r.Pending)
+	if ok, _ := b.Fill(ctx, "c", "9", tok, doc, time.Minute); ok {
+		t.Fatal("a value containing a rejected change was installed in the cache")
+	}
+}
+
+// A sequence lost by Redis is recreated through Reseed before the write is
+// buffered, never restarted at 1 below the store's applied records.
+func TestLostSequenceIsReseeded(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	reseeds := 0
+	b.Reseed = func(ctx context.Context) error {
+		reseeds++
+		for p := range b.Partitions() {
+			if err := b.RaiseSeq(ctx, p, 500); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	put, _ := change.ParsePut(s, "1", []byte(`{"n":1}`))
+	if _, err := b.rdb.Del(ctx, b.seqKey(b.Partition("c", "1"))).Result(); err != nil {
+		t.Fatal(err)
+	}
+	seq, out, err := b.Write(ctx, "c", "1", put, s, WriteOptions{})
+	if err != nil || out != Buffered || reseeds != 1 || seq != 501 {
+		t.Fatalf("write after losing the sequence: seq %d, %v, %v, %d reseeds; want seq 501 after one reseed", seq, out, err, reseeds)
+	}
+}

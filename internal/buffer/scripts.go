@@ -94,6 +94,10 @@ end
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
 var writeScript = redis.NewScript(luaEntry + `
+-- A missing sequence means Redis lost it: INCR would restart at 1, below
+-- the seqs the store recorded as applied, and the change would be skipped
+-- as a duplicate. Refuse before touching anything; the caller reseeds.
+if redis.call('EXISTS', KEYS[5]) == 0 then return {-6} end
 local kind, member, body = ARGV[1], ARGV[2], ARGV[3]
 local ttl, token, lease = tonumber(ARGV[4]), ARGV[6], ARGV[7]
 local mode = string.sub(ARGV[5], 1, 1)
@@ -270,11 +274,14 @@ return total
 // the rejected changes.
 //
 // KEYS: 1 pending index, 2 stats, 3 buffered write, 4 cache entry, 5 dead
-// letters. ARGV: 1 member, 2 last seq, 3 dead-letter record ("" to drop
+// letters, 6 I leases. ARGV: 1 member, 2 last seq, 3 dead-letter record ("" to drop
 // without a record). Returns how many entries it removed.
 var deadScript = redis.NewScript(luaEntry + luaPop + `
 local n = pop_prefix(KEYS[3], KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]))
 redis.call('DEL', KEYS[4])
+-- A reader that missed while the rejected change was buffered computed a
+-- value containing it: void its I lease so that it cannot install it.
+redis.call('DEL', KEYS[6])
 if ARGV[3] ~= '' and n > 0 then
   redis.call('RPUSH', KEYS[5], ARGV[3])
   redis.call('HINCRBY', KEYS[2], 'dead', 1)
@@ -286,9 +293,10 @@ return n
 // sequence numbers stay above every seq the store has recorded as applied
 // even if Redis lost the counter.
 var raiseSeqScript = redis.NewScript(`
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local v = redis.call('GET', KEYS[1])
+local cur = tonumber(v or '0')
 local min = tonumber(ARGV[1])
-if cur < min then redis.call('SET', KEYS[1], min) return min end
+if (not v) or cur < min then redis.call('SET', KEYS[1], math.max(cur, min)) return math.max(cur, min) end
 return cur
 `)
 

@@ -109,6 +109,7 @@ func (c *Config) validateStores(v *validator) {
 
 func (c *Config) validateCollections(v *validator) {
 	stores := sortedKeys(c.Stores)
+	tables := map[string]string{} // store/table -> collection
 	for _, name := range sortedKeys(c.Collections) {
 		coll := c.Collections[name]
 		p := "collections." + name
@@ -124,6 +125,17 @@ func (c *Config) validateCollections(v *validator) {
 		}
 		v.oneOf(p+".policy", coll.Policy, "write policy", policies)
 		v.positive(p+".cacheTTL", coll.CacheTTL, "1h")
+		// Two collections on one table would buffer and apply changes to
+		// the same rows with no order between them.
+		table := coll.Table
+		if table == "" {
+			table = name
+		}
+		if prev, dup := tables[coll.Store+"/"+table]; dup {
+			v.addf("%s.table: table %s of store %s is already the table of collection %s; a table can back only one collection", p, table, coll.Store, prev)
+		} else {
+			tables[coll.Store+"/"+table] = name
+		}
 	}
 }
 

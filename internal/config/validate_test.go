@@ -136,6 +136,9 @@ func TestValidate(t *testing.T) {
 			c.Collections["usertable"] = u
 		},
 			`collections.usertable.policy: "writeback" is not a write policy; use one of: write-around, write-back, write-through`},
+		{"two collections on one table", func(c *Config) {
+			c.Collections["users2"] = Collection{Store: "pg", Table: "usertable", Key: "ycsb_key", Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}}
+		}, "collections.usertable.table: table usertable of store pg is already the table of collection users2; a table can back only one collection"},
 		{"collection cacheTTL", func(c *Config) {
 			u := c.Collections["usertable"]
 			u.CacheTTL = Duration{-time.Second}

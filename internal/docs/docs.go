@@ -56,7 +56,14 @@ var (
 // StoreError is a store failure during a synchronous write (write-through,
 // write-around). Permanent ones mean the store rejected the change, which
 // was then discarded.
-type StoreError struct{ Err error }
+//
+// Buffered is the sequence number of a change that is buffered and will be
+// applied once the store recovers (a transient failure after buffering):
+// the client must not retry it.
+type StoreError struct {
+	Err      error
+	Buffered int64
+}
 
 func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
@@ -250,7 +257,10 @@ func (s *Service) acknowledge(ctx context.Context, c *Collection, id string, seq
 		return seq, nil
 	}
 	if err := s.app.ApplyDoc(ctx, c.Name, id, seq); err != nil {
-		return 0, &StoreError{Err: err}
+		if store.IsPermanent(err) {
+			return 0, &StoreError{Err: err} // rejected: a dead letter now
+		}
+		return 0, &StoreError{Err: err, Buffered: seq}
 	}
 	return seq, nil
 }

@@ -109,7 +109,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		if !storeUsed(cfg, name) {
 			continue
 		}
-		st, err := store.Open(ctx, sc.Driver, dsnOf(sc))
+		st, err := store.OpenWith(ctx, sc.Driver, dsnOf(sc), store.Options{MaxConns: sc.MaxConns})
 		if err != nil {
 			return nil, fmt.Errorf("store %s: %v", name, err)
 		}
@@ -142,6 +142,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		MaxRetries:   wb.MaxRetries,
 		RetryBackoff: wb.RetryBackoff.Duration,
 	}, s.buf, applied, s.m, log)
+	s.buf.Reseed = s.app.Prepare
 	if err := s.app.Prepare(ctx); err != nil {
 		return nil, err
 	}
