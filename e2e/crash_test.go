@@ -95,23 +95,29 @@ func subsetSum(xs []int64, target int64) bool {
 	return sums[target]
 }
 
-// Acceptance 2: the sidecar is SIGKILLed at least 20 times at random
-// moments (some of them at armed fault points: between buffering and
-// acknowledging, between the store commit and the trim) under a running
-// $inc/$set workload and restarted; after a final flush both databases
-// equal the model of acknowledged writes.
-func TestCrashRecovery(t *testing.T) {
-	const docs, clients, kills = 12, 8, 22
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	cfg := e.config(addr, "write-back", "")
+// crashOps is how a crash test's client writes: over HTTP or over RESP.
+type crashOps interface {
+	inc(ctx context.Context, coll string, id int, amt int64) error
+	set(ctx context.Context, coll string, id int, val string) error
+}
+
+// crashWorkload runs clients that $inc n (random large amounts) and $set s
+// (client c alone on documents ≡ c mod clients, so each document's sets
+// have a known order) on docs documents of both databases, while the
+// sidecar is SIGKILLed kills times at random moments — some at armed fault
+// points: between buffering and acknowledging, before the store commit,
+// between the store commit and the trim — and restarted on the same ports.
+// It returns the model of what the clients know was acknowledged, and a
+// fresh sidecar that has flushed everything.
+func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills int, opsFor func(c int, current func() *sidecar) crashOps) (map[string][]*docModel, *sidecar) {
+	t.Helper()
 	faults := []string{"", "", "bgt.after-commit:1-6", "bgt.before-commit:1-6", "api.after-buffer:5-60"}
 	sc := start(t, cfg, addr)
 	var scMu sync.Mutex // guards sc
 	current := func() *sidecar { scMu.Lock(); defer scMu.Unlock(); return sc }
 
 	models := map[string][]*docModel{}
-	var modelMu sync.Mutex // guards models
+	var modelMu sync.Mutex // guards models and the counters
 	for _, db := range []string{"pg", "maria"} {
 		for range docs {
 			models[db] = append(models[db], &docModel{})
@@ -124,6 +130,7 @@ func TestCrashRecovery(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ops := opsFor(c, current)
 			rng := rand.New(rand.NewPCG(uint64(c), 99))
 			seq := 0
 			for {
@@ -133,8 +140,6 @@ func TestCrashRecovery(t *testing.T) {
 				default:
 				}
 				db := []string{"pg", "maria"}[rng.IntN(2)]
-				// Client c alone sets s on documents ≡ c (mod clients), so
-				// each document's $sets are issued in a known order.
 				id := rng.IntN(docs)
 				isSet := rng.IntN(10) < 3
 				if isSet {
@@ -147,19 +152,18 @@ func TestCrashRecovery(t *testing.T) {
 					}
 				}
 				m := models[db][id]
-				var body map[string]any
 				var amt int64
 				var val string
+				var err error
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if isSet {
 					seq++
 					val = fmt.Sprintf("c%d-%d", c, seq)
-					body = map[string]any{"$set": map[string]any{"s": val}}
+					err = ops.set(ctx, e.coll(db), id+1, val)
 				} else {
 					amt = rng.Int64N(1_000_000) + 1
-					body = map[string]any{"$inc": map[string]any{"n": amt}}
+					err = ops.inc(ctx, e.coll(db), id+1, amt)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := current().c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), body)
 				cancel()
 				modelMu.Lock()
 				switch {
@@ -194,9 +198,8 @@ func TestCrashRecovery(t *testing.T) {
 		if !old.exited() {
 			old.kill()
 		}
-		f := faults[k%len(faults)]
 		var envs []string
-		if f != "" {
+		if f := faults[k%len(faults)]; f != "" {
 			envs = append(envs, "WRITEBACK_FAULTS="+f)
 		}
 		next := startArmed(t, cfg, addr, envs...)
@@ -206,16 +209,40 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	last := current()
-	if !last.exited() {
+	if last := current(); !last.exited() {
 		last.kill()
 	}
 	final := start(t, cfg, addr)
 	final.flush(t)
-	t.Logf("%d kills; requests: %d acknowledged, %d uncertain, %d refused while down", kills, acked, uncertain, refused)
+	t.Logf("%d kills; writes: %d acknowledged, %d uncertain, %d refused while down", kills, acked, uncertain, refused)
 	if acked < 500 {
 		t.Errorf("only %d writes acknowledged; the workload barely ran", acked)
 	}
+	return models, final
+}
+
+// httpOps writes through the current sidecar's HTTP API.
+type httpOps struct{ current func() *sidecar }
+
+func (o httpOps) inc(ctx context.Context, coll string, id int, amt int64) error {
+	_, err := o.current().c.Patch(ctx, coll, strconv.Itoa(id), map[string]any{"$inc": map[string]any{"n": amt}})
+	return err
+}
+
+func (o httpOps) set(ctx context.Context, coll string, id int, val string) error {
+	_, err := o.current().c.Patch(ctx, coll, strconv.Itoa(id), map[string]any{"$set": map[string]any{"s": val}})
+	return err
+}
+
+// Acceptance 2: the sidecar is SIGKILLed at least 20 times at random
+// moments under a running $inc/$set workload and restarted; after a final
+// flush both databases equal the model of acknowledged writes.
+func TestCrashRecovery(t *testing.T) {
+	const docs = 12
+	e := newEnv(t, docs)
+	addr := freeAddr(t)
+	models, final := crashWorkload(t, e, e.config(addr, "write-back", ""), addr, docs, 8, 22,
+		func(_ int, current func() *sidecar) crashOps { return httpOps{current} })
 	for _, db := range []string{"pg", "maria"} {
 		got := e.rows(db)
 		for id, m := range models[db] {

@@ -455,121 +455,12 @@ func metricLine(t *testing.T, addr, series string) float64 {
 // the same ports; after a final flush both databases equal the model of
 // acknowledged writes, and the front door serves the same values.
 func TestRESPCrashRecovery(t *testing.T) {
-	const docs, clients, kills = 12, 8, 22
+	const docs = 12
 	e := newEnv(t, docs)
 	addr, raddr := freeAddr(t), freeAddr(t)
 	cfg := e.config(addr, "write-back", "listenResp: "+raddr+"\n")
-	faults := []string{"", "", "bgt.after-commit:1-6", "bgt.before-commit:1-6", "api.after-buffer:5-60"}
-	sc := start(t, cfg, addr)
-	var scMu sync.Mutex // guards sc
-	current := func() *sidecar { scMu.Lock(); defer scMu.Unlock(); return sc }
-
-	models := map[string][]*docModel{}
-	var modelMu sync.Mutex // guards models and the counters
-	for _, db := range []string{"pg", "maria"} {
-		for range docs {
-			models[db] = append(models[db], &docModel{})
-		}
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var acked, uncertain, refused int64
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rc := respClient(t, raddr, 2+c%2)
-			rng := rand.New(rand.NewPCG(uint64(c), 99))
-			seq := 0
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				db := []string{"pg", "maria"}[rng.IntN(2)]
-				// Client c alone sets s on documents ≡ c (mod clients).
-				id := rng.IntN(docs)
-				isSet := rng.IntN(10) < 3
-				if isSet {
-					id = (id/clients)*clients + c
-					if id >= docs {
-						id = c % docs
-						if id%clients != c {
-							isSet = false
-						}
-					}
-				}
-				m := models[db][id]
-				key := fmt.Sprintf("%s/%d", e.coll(db), id+1)
-				var amt int64
-				var val string
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				var err error
-				if isSet {
-					seq++
-					val = fmt.Sprintf("c%d-%d", c, seq)
-					err = rc.HSet(ctx, key, "s", val).Err()
-				} else {
-					amt = rng.Int64N(1_000_000) + 1
-					err = rc.HIncrBy(ctx, key, "n", amt).Err()
-				}
-				cancel()
-				modelMu.Lock()
-				switch {
-				case err == nil:
-					acked++
-					if isSet {
-						m.sets = append(m.sets, setOp{val: val, acked: true})
-					} else {
-						m.acked += amt
-					}
-				case neverSent(err):
-					refused++
-				default:
-					uncertain++
-					if isSet {
-						m.sets = append(m.sets, setOp{val: val})
-					} else {
-						m.uncertain = append(m.uncertain, amt)
-					}
-				}
-				modelMu.Unlock()
-				if err != nil {
-					time.Sleep(5 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for k := range kills {
-		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
-		old := current()
-		if !old.exited() {
-			old.kill()
-		}
-		f := faults[k%len(faults)]
-		var envs []string
-		if f != "" {
-			envs = append(envs, "WRITEBACK_FAULTS="+f)
-		}
-		next := startArmed(t, cfg, addr, envs...)
-		scMu.Lock()
-		sc = next
-		scMu.Unlock()
-	}
-	close(stop)
-	wg.Wait()
-	last := current()
-	if !last.exited() {
-		last.kill()
-	}
-	final := start(t, cfg, addr)
-	final.flush(t)
-	t.Logf("%d kills; commands: %d acknowledged, %d uncertain, %d refused while down", kills, acked, uncertain, refused)
-	if acked < 500 {
-		t.Errorf("only %d writes acknowledged; the workload barely ran", acked)
-	}
+	models, _ := crashWorkload(t, e, cfg, addr, docs, 8, 22,
+		func(c int, _ func() *sidecar) crashOps { return respOps{respClient(t, raddr, 2+c%2)} })
 	rc := respClient(t, raddr, 3)
 	for _, db := range []string{"pg", "maria"} {
 		got := e.rows(db)
@@ -587,4 +478,15 @@ func TestRESPCrashRecovery(t *testing.T) {
 			}
 		}
 	}
+}
+
+// respOps writes over the front door: HINCRBY and HSET.
+type respOps struct{ rc *redis.Client }
+
+func (o respOps) inc(ctx context.Context, coll string, id int, amt int64) error {
+	return o.rc.HIncrBy(ctx, fmt.Sprintf("%s/%d", coll, id), "n", amt).Err()
+}
+
+func (o respOps) set(ctx context.Context, coll string, id int, val string) error {
+	return o.rc.HSet(ctx, fmt.Sprintf("%s/%d", coll, id), "s", val).Err()
 }
