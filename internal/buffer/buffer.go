@@ -297,6 +297,12 @@ func (b *Buffer) writeCall(coll, id string, c change.Change, s *change.Schema, o
 				args = append(args, "X", f, string(n))
 			}
 		}
+		for f := range c.JSON {
+			// Operators inside a JSON column are not applied in Lua: the
+			// entry is dropped and the next read computes it (as the store
+			// will, from the same operators).
+			args = append(args, "X", f, "0")
+		}
 	}
 	return keys, args
 }

@@ -156,24 +156,40 @@ func (s *Service) get(ctx context.Context, c *Collection, id string) (change.Doc
 // read and voided our I lease, so the value is returned but not cached.
 func (s *Service) merge(ctx context.Context, c *Collection, id string, pending []change.Change) (change.Doc, error) {
 	// After a Put or Delete the store row does not matter.
-	for i := len(pending) - 1; i >= 0; i-- {
-		if pending[i].Kind != change.Patch {
-			return change.ApplyAll(nil, pending[i:])
+	var row change.Doc
+	i := -1
+	for k := len(pending) - 1; k >= 0; k-- {
+		if pending[k].Kind != change.Patch {
+			i = k
+			break
 		}
 	}
-	row, applied, err := c.Store.Read(ctx, c.Table, c.Name, id)
-	if err != nil {
-		return nil, err
+	if i < 0 {
+		var applied int64
+		var err error
+		if row, applied, err = c.Store.Read(ctx, c.Table, c.Name, id); err != nil {
+			return nil, err
+		}
+		i = 0
+		for i < len(pending) && pending[i].Seq <= applied {
+			i++
+		}
 	}
-	i := 0
-	for i < len(pending) && pending[i].Seq <= applied {
-		i++
+	doc := row
+	for _, ch := range pending[i:] {
+		next, err := change.Apply(doc, ch)
+		var te *change.TypeError
+		switch {
+		case errors.As(err, &te):
+			continue // the store will reject it too: a dead letter, not part of the value
+		case errors.Is(err, change.ErrNotFound):
+			return nil, nil // the row was deleted behind the cache
+		case err != nil:
+			return nil, err
+		}
+		doc = next
 	}
-	doc, err := change.ApplyAll(row, pending[i:])
-	if errors.Is(err, change.ErrNotFound) {
-		return nil, nil // the row was deleted behind the cache
-	}
-	return doc, err
+	return doc, nil
 }
 
 // Put inserts or replaces a whole document.
@@ -199,11 +215,28 @@ func (s *Service) Patch(ctx context.Context, coll, id string, body []byte) (int6
 	if err != nil {
 		return 0, err
 	}
-	// Array operators and paths into JSON columns parse (internal/change)
-	// but neither the cache script nor the SQL stores apply them yet:
-	// refuse them rather than acknowledge a change that would be dropped.
-	if len(ch.JSON) > 0 || len(ch.Ops) > 0 {
-		return 0, &change.Error{Msg: "operators $push, $addToSet, $pull and paths into JSON columns are not supported by this store yet; use $set on the whole column"}
+	// Operators on schemaless documents belong to document stores, which
+	// are not wired yet: refuse rather than acknowledge a change no store
+	// would apply.
+	if len(ch.Ops) > 0 {
+		return 0, &change.Error{Msg: "this collection's store does not support document operators yet"}
+	}
+	if len(ch.JSON) > 0 {
+		// A type error the current value already shows ($push onto a
+		// number …) is the client's: a 400 now rather than a dead letter
+		// later. A concurrent write can still change the value; then only
+		// the store can tell, and the change becomes a dead letter.
+		cur, err := s.get(ctx, c, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return 0, ErrNotFound
+		case err != nil:
+			return 0, err
+		}
+		var te *change.TypeError
+		if _, err := change.Apply(cur, ch); errors.As(err, &te) {
+			return 0, &change.Error{Msg: te.Msg}
+		}
 	}
 	return s.write(ctx, c, id, ch)
 }

@@ -104,7 +104,12 @@ type plannedStmt struct {
 // plan keeps, for each write, the changes past its applied seq, compacts
 // them, and builds the effect statements: the rows to put, grouped by table
 // (and column set), one DELETE per table, one UPDATE per patch.
-func (b *applyBatch) plan(d dialect, applied map[docKey]int64) (*applyPlan, error) {
+//
+// row reads (and locks) a row in the transaction; it is called only for
+// patches with operators inside JSON columns, which are computed here from
+// the row's current value — exactly once, since the applied records are
+// locked by the same transaction.
+func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table, id string) (change.Doc, error)) (*applyPlan, error) {
 	p := &applyPlan{results: make([]Result, len(b.writes))}
 	type delGroup struct {
 		t   *Table
@@ -153,6 +158,11 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64) (*applyPlan, erro
 			}
 			dels[gi].ids = append(dels[gi].ids, w.ID)
 		case change.Patch:
+			if len(e.JSON) > 0 {
+				if err := foldJSON(&e, w, row); err != nil {
+					return nil, err
+				}
+			}
 			q, err := patchQuery(d, w.Table, w.ID, e)
 			if err != nil {
 				return nil, err
@@ -168,6 +178,33 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64) (*applyPlan, erro
 	}
 	p.stmts = append(p.stmts, patches...)
 	return p, nil
+}
+
+// foldJSON computes the operators inside JSON columns of a patch from the
+// row's current values and turns them into plain column sets. A value the
+// operators cannot apply to ($push on a non-array …) is the data's fault:
+// a permanent error, so the change becomes a dead letter.
+func foldJSON(e *change.Effect, w *Write, row func(t *Table, id string) (change.Doc, error)) error {
+	cur, err := row(w.Table, w.ID)
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		e.JSON = nil // no row: the patch updates nothing (Result.Missing)
+		return nil
+	}
+	if e.Set == nil {
+		e.Set = change.Doc{}
+	}
+	for col, ops := range e.JSON {
+		v, err := change.ApplyJSON(col, cur[col], ops)
+		if err != nil {
+			return &Error{Permanent: true, Err: fmt.Errorf("store: %s/%s: %w", w.Collection, w.ID, err)}
+		}
+		e.Set[col] = v
+	}
+	e.JSON = nil
+	return nil
 }
 
 // putRow returns the columns (schema order) and values of a Put of doc into

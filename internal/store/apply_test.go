@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -457,5 +458,49 @@ func TestAppliedRecords(t *testing.T) {
 			require.NoError(t, err)
 			assert.Zero(t, n)
 		})
+	})
+}
+
+// Operators inside JSON columns are computed from the row's current value
+// in the applying transaction, exactly once; a value they cannot apply to
+// is a permanent error.
+func TestApplyJSONColumnOperators(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		tbl := h.describe(t, typedDDL)
+		coll := testenv.UniqueName(t, "c")
+		patch := func(seq int64, body string) change.Change {
+			t.Helper()
+			c, err := change.ParsePatch(tbl.Schema, []byte(body))
+			require.NoError(t, err, body)
+			c.Seq = seq
+			return c
+		}
+		h.apply(t, Write{Collection: coll, Table: tbl, ID: "a", Changes: []change.Change{put(1, map[string]string{"id": `"a"`, "j": `{"tags":["x"],"n":1}`})}})
+		w := Write{Collection: coll, Table: tbl, ID: "a", Changes: []change.Change{
+			patch(2, `{"$push":{"j.tags":"y"}}`),
+			patch(3, `{"$addToSet":{"j.tags":"x"}}`),
+			patch(4, `{"$push":{"j.tags":"z"},"$inc":{"j.n":2}}`),
+			patch(5, `{"$pull":{"j.tags":"x"}}`),
+		}}
+		res := h.apply(t, w)
+		require.Equal(t, 4, res[0].Applied)
+		got, _ := h.read(t, tbl, coll, "a")
+		var j struct {
+			Tags []string
+			N    int
+		}
+		require.NoError(t, json.Unmarshal([]byte(got["j"]), &j), got["j"])
+		require.Equal(t, []string{"y", "z"}, j.Tags)
+		require.Equal(t, 3, j.N)
+		// A replay (crash before the trim) applies nothing: no second "y".
+		res = h.apply(t, w)
+		require.Equal(t, 0, res[0].Applied)
+		require.Equal(t, 4, res[0].Skipped)
+		again, _ := h.read(t, tbl, coll, "a")
+		require.Equal(t, got["j"], again["j"])
+		// $push onto a number: the store's data says no, for good.
+		_, err := h.s.Apply(t.Context(), []Write{{Collection: coll, Table: tbl, ID: "a", Changes: []change.Change{patch(6, `{"$push":{"j.n":1}}`)}}})
+		require.Error(t, err)
+		require.True(t, IsPermanent(err), "%v", err)
 	})
 }

@@ -447,7 +447,17 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) ([]Result, error
 	if err != nil {
 		return nil, wrapErr("apply: lock applied records", err, myPermanent)
 	}
-	plan, err := b.plan(myDialect{}, applied)
+	plan, err := b.plan(myDialect{}, applied, func(t *Table, id string) (change.Doc, error) {
+		q := lockRowQuery(myDialect{}, t, id)
+		cells, err := myScanRow(tx.QueryRowContext(ctx, q.String(), q.args...).Scan, t)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, wrapErr("apply: read "+t.Name, err, myPermanent)
+		}
+		return buildDoc(t, cells)
+	})
 	if err != nil {
 		return nil, err
 	}

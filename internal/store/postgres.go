@@ -383,7 +383,17 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 	if err != nil {
 		return nil, wrapErr("apply: lock applied records", err, pgPermanent)
 	}
-	plan, err := b.plan(pgDialect{}, applied)
+	plan, err := b.plan(pgDialect{}, applied, func(t *Table, id string) (change.Doc, error) {
+		q := lockRowQuery(pgDialect{}, t, id)
+		cells, err := pgScanRow(conn.Conn().QueryRow(ctx, q.String(), q.args...), t)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, wrapErr("apply: read "+t.Name, err, pgPermanent)
+		}
+		return buildDoc(t, cells)
+	})
 	if err != nil {
 		return nil, err
 	}

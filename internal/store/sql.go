@@ -83,6 +83,15 @@ func selectList(d dialect, t *Table, alias string) string {
 // one-row relation makes the statement return exactly one row whether or
 // not the record and the row exist; the key column, being the primary key,
 // is NULL only when the row does not exist.
+// lockRowQuery reads row id of t and locks it for the transaction: the
+// current value that operators inside JSON columns ($push …) apply to.
+func lockRowQuery(d dialect, t *Table, id string) *query {
+	q := newQuery(d)
+	q.add("SELECT ", selectList(d, t, "t"), " FROM ", quoteTable(d, t.Name), " AS t WHERE t.",
+		d.ident(t.Schema.Key), " = ", d.keyParam(q.arg(id), t.Schema.KeyType()), " FOR UPDATE")
+	return q
+}
+
 func readQuery(d dialect, t *Table, collection, id string) *query {
 	q := newQuery(d)
 	q.add("SELECT a.seq, ", selectList(d, t, "t"),
