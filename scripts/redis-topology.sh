@@ -43,7 +43,7 @@ server() { # port [extra args...]
 	redis-server --port "$port" --bind "$host" --daemonize yes --dir "$dir/$port" \
 		--logfile "$dir/$port/log" --pidfile "$dir/$port/pid" \
 		--appendonly yes --appendfsync everysec --save "" \
-		--maxmemory-policy noeviction "$@"
+		--repl-diskless-sync-delay 0 --maxmemory-policy noeviction "$@"
 	wait_for "$port" "redis-server"
 }
 
@@ -82,13 +82,14 @@ EOF
 		fi
 		wait_for "$port" "redis-sentinel"
 	done
-	# Replication established?
-	for _ in $(seq 1 100); do
-		local n
-		n=$(redis-cli -h "$host" -p "$(sentinel_primary_port)" info replication | awk -F: '/^connected_slaves/{print $2+0}')
+	# Both replicas synced (state=online), not merely connected?
+	local n=0
+	for _ in $(seq 1 300); do
+		n=$(redis-cli -h "$host" -p "$(sentinel_primary_port)" info replication | grep -c 'state=online' || true)
 		[ "${n:-0}" -ge 2 ] && break
 		sleep 0.1
 	done
+	[ "${n:-0}" -ge 2 ] || die "the replicas did not finish syncing within 30s; see $dir/*/log"
 	say "sentinel: primary $host:$(sentinel_primary_port), sentinels $host:26390,26391,26392 (master $master)"
 }
 

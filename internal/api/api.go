@@ -148,6 +148,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		ce  *change.Error
 		mbe *http.MaxBytesError
 		se  *docs.StoreError
+		re  *buffer.ReplicationError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -171,6 +172,8 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.As(err, &se):
 		h.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", se.Err)
 		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry with backoff")
+	case errors.As(err, &re):
+		ae = apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("the write reached only %d of the %d required Redis replicas in time, so it is not acknowledged (it may still be applied)", re.Got, re.Want))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the request timed out or was cancelled")
 	default:

@@ -37,6 +37,65 @@ type Buffer struct {
 	// sequences are recreated from 0, which only a fresh deployment or a
 	// test may do.
 	Reseed func(context.Context) error
+
+	// Replicas is how many replicas must confirm a buffered write (WAIT)
+	// within ReplicaTimeout before it counts as buffered; 0: none.
+	Replicas       int
+	ReplicaTimeout time.Duration
+}
+
+// ReplicationError says a write was buffered on the primary but fewer
+// replicas than required confirmed it in time: it is not acknowledged (it
+// may still be applied).
+type ReplicationError struct{ Got, Want int }
+
+func (e *ReplicationError) Error() string {
+	return fmt.Sprintf("buffer: the write reached %d of the %d required Redis replicas in time", e.Got, e.Want)
+}
+
+// runWrite runs writeScript and, when replicas are required and the change
+// was buffered, waits for them on the same connection: a pipeline is one
+// connection, and WAIT counts the replicas that have that connection's
+// writes.
+func (b *Buffer) runWrite(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if b.Replicas <= 0 {
+		return writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := b.rdb.Pipeline()
+		ev := writeScript.EvalSha(ctx, pipe, keys, args...)
+		wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		v, err := ev.Slice()
+		if isNoScript(err) && attempt == 0 {
+			if err := writeScript.Load(ctx, b.rdb).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(v) > 0 {
+			if code, _ := v[0].(int64); code > 0 {
+				if err := b.checkReplicas(wait); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return v, nil
+	}
+}
+
+func (b *Buffer) checkReplicas(wait *redis.Cmd) error {
+	n, err := wait.Int64()
+	if err != nil {
+		return fmt.Errorf("buffer: waiting for replicas: %w", err)
+	}
+	if int(n) < b.Replicas {
+		return &ReplicationError{Got: int(n), Want: b.Replicas}
+	}
+	return nil
 }
 
 // New returns a Buffer over rdb whose keys start with prefix and whose
@@ -168,12 +227,16 @@ func (b *Buffer) Write(ctx context.Context, coll, id string, c change.Change, s 
 // o.IfAbsent.
 func (b *Buffer) WriteCounted(ctx context.Context, coll, id string, c change.Change, s *change.Schema, o WriteOptions) (WriteResult, error) {
 	keys, args := b.writeCall(coll, id, c, s, o)
-	v, err := writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+	v, err := b.runWrite(ctx, keys, args)
 	if err == nil && missingSeq(v) {
 		if err := b.reseed(ctx); err != nil {
 			return WriteResult{}, err
 		}
-		v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+		v, err = b.runWrite(ctx, keys, args)
+	}
+	var re *ReplicationError
+	if errors.As(err, &re) {
+		return WriteResult{}, err
 	}
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("buffer: write: %w", err)
@@ -224,21 +287,30 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 		keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
 		cmds[i] = writeScript.EvalSha(ctx, pipe, keys, args...)
 	}
+	var wait *redis.Cmd
+	if b.Replicas > 0 {
+		wait = pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds()) // covers every write above
+	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, cmd := range cmds {
 		v, err := cmd.Slice()
 		if isNoScript(err) {
 			// The script was not loaded (first use, or a Redis restart):
-			// this write did not run. Run loads the script.
+			// this write did not run. runWrite loads the script.
 			r := reqs[i]
 			keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
-			v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+			v, err = b.runWrite(ctx, keys, args)
 		}
 		if err == nil && missingSeq(v) {
 			if err = b.reseed(ctx); err == nil {
 				r := reqs[i]
 				keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
-				v, err = writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+				v, err = b.runWrite(ctx, keys, args)
+			}
+		}
+		if err == nil && wait != nil && len(v) > 0 {
+			if code, _ := v[0].(int64); code > 0 {
+				err = b.checkReplicas(wait)
 			}
 		}
 		if err != nil {

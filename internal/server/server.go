@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,26 +64,18 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			s.close()
 		}
 	}()
-	if cfg.Redis.Mode != config.ModeStandalone {
-		return nil, fmt.Errorf("redis.mode %q is not supported yet; use standalone", cfg.Redis.Mode)
+	if cfg.Redis.Mode == config.ModeCluster && cfg.Redis.Replicas > 0 {
+		// WAIT counts the replicas of the connection's own node; a write
+		// path spread over cluster nodes needs a WAIT per node, which is
+		// not built yet. Acknowledging without it would be a silent
+		// downgrade of durability: refuse instead.
+		return nil, fmt.Errorf("redis.replicas %d is not supported in cluster mode yet (writes would be acknowledged before reaching the replicas); set it to 0 or use sentinel mode", cfg.Redis.Replicas)
 	}
-	if cfg.Redis.Replicas > 0 {
-		// Acknowledging without the WAIT the operator asked for would be a
-		// silent downgrade of durability: refuse instead.
-		return nil, fmt.Errorf("redis.replicas %d is not supported yet (writes would be acknowledged before reaching the replicas); set it to 0", cfg.Redis.Replicas)
-	}
-	s.rdb = redis.NewClient(&redis.Options{
-		Addr:        cfg.Redis.Addrs[0],
-		Username:    cfg.Redis.Username,
-		Password:    cfg.Redis.Password,
-		DB:          cfg.Redis.DB,
-		DialTimeout: cfg.Redis.DialTimeout.Duration,
-		PoolSize:    cfg.Redis.PoolSize,
-	})
+	s.rdb = newRedis(cfg.Redis)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("cannot reach Redis at %s (%v); start it or fix redis.addrs", cfg.Redis.Addrs[0], err)
+		return nil, fmt.Errorf("cannot reach Redis (%s mode, %s): %v; start it or fix redis.addrs", cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ","), err)
 	}
 	warn, err := buffer.CheckEvictionPolicy(pctx, s.rdb)
 	if err != nil {
@@ -133,6 +126,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 
 	wb := cfg.Writeback
 	s.buf = buffer.New(s.rdb, cfg.Redis.KeyPrefix, wb.Partitions, wb.LeaseLifetime.Duration)
+	s.buf.Replicas, s.buf.ReplicaTimeout = cfg.Redis.Replicas, replicaTimeout
 	s.app = bgt.New(bgt.Config{
 		InstanceID:   wb.InstanceID,
 		Workers:      wb.Workers,
@@ -173,6 +167,32 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		}
 	}
 	return s, nil
+}
+
+// replicaTimeout bounds how long a write waits for its replicas (WAIT).
+const replicaTimeout = 2 * time.Second
+
+// newRedis returns the client for the configured mode: one server, a
+// Sentinel-managed primary (failover is Redis's own; the client follows the
+// new primary), or a Redis Cluster (every script's keys share a hash tag).
+func newRedis(c config.Redis) redis.UniversalClient {
+	switch c.Mode {
+	case config.ModeSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: c.MasterName, SentinelAddrs: c.Addrs,
+			Username: c.Username, Password: c.Password, DB: c.DB,
+			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+		})
+	case config.ModeCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
+			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+		})
+	}
+	return redis.NewClient(&redis.Options{
+		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB,
+		DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+	})
 }
 
 func (s *Server) warn(msg string) {
