@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,6 +150,92 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	for id := 1; id <= docs; id++ {
 		if rows[int64(id)].N != want[id] {
 			t.Errorf("row %d: n = %d, want %d", id, rows[int64(id)].N, want[id])
+		}
+	}
+}
+
+// Durability acceptance 3: with a small pinned-memory limit and the store
+// stopped, write-back collections switch to write-through: writes get 503
+// (write-through cannot succeed) without buffering anything, so pinned
+// memory stops growing; when the store returns everything drains, the
+// collections switch back, and the database equals the model.
+func TestPinnedMemoryFallback(t *testing.T) {
+	const docs = 10
+	e := newEnv(t, docs)
+	px := newProxy(t, "127.0.0.1:5432")
+	e.dsns["pg"] = strings.Replace(e.dsns["pg"], "127.0.0.1:5432", px.addr, 1)
+	addr := freeAddr(t)
+	path := e.config(addr, "write-back", "")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), "  pollInterval: 10ms\n", "  pollInterval: 10ms\n  pinnedMemoryLimit: 8KiB\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := start(t, path, addr)
+	ctx := context.Background()
+	coll := e.coll("pg")
+	for id := 1; id <= docs; id++ {
+		getDoc(t, sc.c, coll, strconv.Itoa(id))
+	}
+	models := make([]docModel, docs+1)
+	for id := range models {
+		models[id].sets = []setOp{{val: "init", acked: true}}
+	}
+	inc := func(id int, amt int64) error {
+		_, err := sc.c.Patch(ctx, coll, strconv.Itoa(id), map[string]any{"$inc": map[string]any{"n": amt}})
+		if err == nil {
+			models[id].acked += amt
+		} else {
+			models[id].uncertain = append(models[id].uncertain, amt)
+		}
+		return err
+	}
+	px.cut()
+	// Buffer until the limit trips: the first 503.
+	var i int
+	for i = 0; i < 20000; i++ {
+		if err := inc(i%docs+1, int64(1000+i)); err != nil {
+			if !errIs(err, http.StatusServiceUnavailable) {
+				t.Fatalf("write %d: %v; want 503 once over the limit", i, err)
+			}
+			break
+		}
+	}
+	if i == 20000 {
+		t.Fatal("20000 writes buffered with the store down and an 8 KiB limit: no fallback")
+	}
+	st, err := sc.c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Collections[0].WriteThroughFallback || metricValue(t, addr, `writeback_write_through_fallback{collection="`+coll+`"}`) != 1 {
+		t.Fatalf("over the limit but status/metric do not show the fallback: %+v", st.Collections)
+	}
+	pinned := st.PinnedBytes
+	for k := range 50 {
+		if err := inc(k%docs+1, int64(500000+k)); !errIs(err, http.StatusServiceUnavailable) {
+			t.Fatalf("a write in fallback with the store down: %v; want 503", err)
+		}
+	}
+	if st, _ := sc.c.Status(ctx); st.PinnedBytes != pinned {
+		t.Errorf("pinned bytes grew from %d to %d while writes were refused", pinned, st.PinnedBytes)
+	}
+	t.Logf("fallback after %d buffered writes, %d bytes pinned (limit 8 KiB)", i, pinned)
+	px.restore(t)
+	waitFor(t, 30*time.Second, "the buffer to drain and write-back to resume", func() bool {
+		st, err := sc.c.Status(ctx)
+		return err == nil && st.Pending == 0 && !st.Collections[0].WriteThroughFallback
+	})
+	if err := inc(1, 7); err != nil {
+		t.Fatalf("a write after recovery: %v", err)
+	}
+	sc.flush(t)
+	rows := e.rows("pg")
+	for id := 1; id <= docs; id++ {
+		if err := models[id].check(rows[int64(id)].N, "init"); err != nil {
+			t.Errorf("row %d: %v", id, err)
 		}
 	}
 }

@@ -421,7 +421,8 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	for name, c := range h.svc.Collections() {
-		out.Collections = append(out.Collections, client.CollectionStatus{Name: name, Store: c.StoreName, Table: c.Table.Name, Policy: string(c.Policy)})
+		out.Collections = append(out.Collections, client.CollectionStatus{Name: name, Store: c.StoreName, Table: c.Table.Name, Policy: string(c.Policy),
+			WriteThroughFallback: c.Policy == docs.WriteBack && h.svc.Fallback()})
 	}
 	sortCollections(out.Collections)
 	if h.opt.Warnings != nil {

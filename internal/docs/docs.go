@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/writeback/writeback/internal/bgt"
@@ -74,6 +76,26 @@ type Service struct {
 	app   *bgt.Applier
 	colls map[string]*Collection
 	m     *metrics.Metrics
+
+	// fallback is set while pinned memory is above writeback's limit:
+	// write-back collections then write through, so that the buffer
+	// drains instead of growing until Redis runs out of memory.
+	fallback atomic.Bool
+}
+
+// SetFallback switches write-back collections to write-through (on) or
+// back (off).
+func (s *Service) SetFallback(on bool) { s.fallback.Store(on) }
+
+// Fallback reports whether write-back collections currently write through.
+func (s *Service) Fallback() bool { return s.fallback.Load() }
+
+// policy is the policy a write to c follows now.
+func (s *Service) policy(c *Collection) Policy {
+	if c.Policy == WriteBack && s.fallback.Load() {
+		return WriteThrough
+	}
+	return c.Policy
 }
 
 // New returns a service over colls.
@@ -255,6 +277,14 @@ func (s *Service) Delete(ctx context.Context, coll, id string) (int64, error) {
 const maxVoided = 16
 
 func (s *Service) write(ctx context.Context, c *Collection, id string, ch change.Change) (int64, error) {
+	if c.Policy == WriteBack && s.fallback.Load() {
+		// Over the pinned-memory limit: apply this document's pending
+		// changes first (to keep its order), and refuse — before buffering
+		// anything — when the store cannot take them.
+		if err := s.app.ApplyDoc(ctx, c.Name, id, math.MaxInt64); err != nil {
+			return 0, &StoreError{Err: err}
+		}
+	}
 	o := buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround, Token: buffer.NewToken()}
 	for attempt := 0; attempt < maxVoided; attempt++ {
 		seq, out, err := s.buf.Write(ctx, c.Name, id, ch, c.Table.Schema, o)
@@ -286,7 +316,7 @@ func (s *Service) write(ctx context.Context, c *Collection, id string, ch change
 func (s *Service) acknowledge(ctx context.Context, c *Collection, id string, seq int64) (int64, error) {
 	fault.Hit(fault.AfterBuffer)
 	s.m.BufferedChanges.WithLabelValues(c.Name).Inc()
-	if c.Policy == WriteBack {
+	if s.policy(c) == WriteBack {
 		return seq, nil
 	}
 	if err := s.app.ApplyDoc(ctx, c.Name, id, seq); err != nil {

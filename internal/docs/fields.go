@@ -174,7 +174,7 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done func(i 
 		}
 		// A buffered write-back change needs nothing more; the rest (store
 		// reads, retries, synchronous policies) would hold up the others.
-		if results[k].Outcome == buffer.Buffered && st.c.Policy == WriteBack {
+		if results[k].Outcome == buffer.Buffered && s.policy(st.c) == WriteBack {
 			r, err := s.fieldDone(ctx, st, results[k])
 			done(i, r, err)
 			continue

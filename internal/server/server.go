@@ -284,10 +284,13 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// watch refreshes the gauges that reflect Redis state once a second.
+// watch refreshes the gauges that reflect Redis state, and switches
+// write-back collections to write-through while pinned memory is above
+// writeback.pinnedMemoryLimit (back once it drains below 80 % of it).
 func (s *Server) watch(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
+	limit := int64(s.cfg.Writeback.PinnedMemoryLimit)
 	for {
 		st, err := s.buf.Stats(ctx)
 		if err == nil {
@@ -296,11 +299,35 @@ func (s *Server) watch(ctx context.Context) {
 			s.m.PinnedBytes.Set(float64(st.PinnedBytes))
 			s.m.OldestPendingAge.Set(st.OldestPending.Seconds())
 			s.m.DeadLetters.Set(float64(st.DeadLetters))
+			if limit > 0 {
+				s.fallback(st.PinnedBytes, limit)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// fallback applies the pinned-memory limit with its low-water mark.
+func (s *Server) fallback(pinned, limit int64) {
+	on := s.svc.Fallback()
+	switch {
+	case !on && pinned > limit:
+		on = true
+		s.log.Warn("pinned memory is above writeback.pinnedMemoryLimit: write-back collections write through until the buffer drains", "pinnedBytes", pinned, "limit", limit)
+	case on && pinned <= limit*8/10:
+		on = false
+		s.log.Info("pinned memory is back below 80% of writeback.pinnedMemoryLimit: write-back again", "pinnedBytes", pinned, "limit", limit)
+	default:
+		return
+	}
+	s.svc.SetFallback(on)
+	for name, c := range s.svc.Collections() {
+		if c.Policy == docs.WriteBack {
+			s.m.WriteThroughFallback.WithLabelValues(name).Set(map[bool]float64{true: 1}[on])
 		}
 	}
 }
