@@ -188,8 +188,9 @@ func TestGracefulStopReleasesPartitions(t *testing.T) {
 		st, err := a.c.Status(context.Background())
 		return err == nil && len(st.OwnedPartitions) == 16
 	})
-	if d := time.Since(stopped); d > time.Second {
-		t.Errorf("partitions moved %v after SIGTERM; want within 1s", d)
+	dTerm := time.Since(stopped)
+	if dTerm > time.Second {
+		t.Errorf("partitions moved %v after SIGTERM; want within 1s", dTerm)
 	}
 }
 
@@ -200,3 +201,65 @@ func errIs(err error, status int) bool {
 
 var _ = fmt.Sprint
 var _ atomic.Int64
+
+// Durability acceptance 5: three sidecars share the partitions; SIGTERM one
+// (its partitions move within 1 s), SIGKILL another (its partitions move
+// within the ownership lease lifetime); the remaining one drains
+// everything, and the database equals the model.
+func TestThreeSidecars(t *testing.T) {
+	e := newEnv(t, 60)
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	var scs []*sidecar
+	for _, a := range addrs {
+		scs = append(scs, start(t, e.config(a, "write-back", ""), a))
+	}
+	owned := func(s *sidecar) int {
+		st, err := s.c.Status(context.Background())
+		if err != nil {
+			return -1
+		}
+		return len(st.OwnedPartitions)
+	}
+	waitFor(t, 10*time.Second, "three sidecars to split 16 partitions", func() bool {
+		return owned(scs[0])+owned(scs[1])+owned(scs[2]) == 16 && owned(scs[0]) <= 6 && owned(scs[1]) <= 6 && owned(scs[2]) <= 6
+	})
+	want := map[int64]int64{}
+	write := func(round int) {
+		for id := int64(1); id <= 60; id++ {
+			if _, err := scs[0].c.Patch(context.Background(), e.coll("pg"), strconv.FormatInt(id, 10), map[string]any{"$inc": map[string]any{"n": id + int64(round)}}); err != nil {
+				t.Fatal(err)
+			}
+			want[id] += id + int64(round)
+		}
+	}
+	write(1)
+	scs[1].stop()
+	stopped := time.Now()
+	waitFor(t, 5*time.Second, "the stopped sidecar's partitions to move", func() bool {
+		return owned(scs[0])+owned(scs[2]) == 16
+	})
+	dTerm := time.Since(stopped)
+	if dTerm > time.Second {
+		t.Errorf("partitions moved %v after SIGTERM; want within 1s", dTerm)
+	}
+	write(2)
+	scs[2].kill()
+	killed := time.Now()
+	waitFor(t, 10*time.Second, "the killed sidecar's partitions to move", func() bool { return owned(scs[0]) == 16 })
+	dKill := time.Since(killed)
+	if dKill > 1500*time.Millisecond+time.Second {
+		t.Errorf("partitions moved %v after SIGKILL; want within the 1.5s lease (+ one ownership tick)", dKill)
+	}
+	t.Logf("SIGTERM: partitions moved in %v; SIGKILL: in %v (lease 1.5s)", dTerm.Round(10*time.Millisecond), dKill.Round(10*time.Millisecond))
+	write(3)
+	waitFor(t, 20*time.Second, "the survivor's appliers to drain everything", func() bool {
+		st, err := scs[0].c.Status(context.Background())
+		return err == nil && st.Pending == 0
+	})
+	got := e.rows("pg")
+	for id, n := range want {
+		if got[id].N != n {
+			t.Errorf("row %d: n = %d, want %d", id, got[id].N, n)
+		}
+	}
+}

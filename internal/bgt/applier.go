@@ -42,7 +42,7 @@ type Config struct {
 	OwnerLease   time.Duration // ownership lease lifetime
 	PollInterval time.Duration // how often owned partitions are checked for work
 	MaxRetries   int           // consecutive failures before a batch is split to find the culprit
-	RetryBackoff time.Duration // first backoff; doubles up to 30 s, with jitter
+	RetryBackoff time.Duration // first backoff; doubles up to MaxBackoff, with jitter
 	CompactEvery time.Duration // applied-records compaction period (at least MinCompactEvery)
 }
 
@@ -407,16 +407,19 @@ func (a *Applier) worker(ctx context.Context, w int) {
 	}
 }
 
+// MaxBackoff caps the delay between retries of a failing store: short
+// enough that a store that comes back is noticed within seconds, long
+// enough not to hammer one that is down.
+const MaxBackoff = 8 * time.Second
+
 // Backoff is the delay before retry number n (1-based): base doubling up to
-// 30 s, with ±25 % jitter so that sidecars do not retry in lockstep.
+// MaxBackoff, with ±25 % jitter so that sidecars do not retry in lockstep.
 func Backoff(base time.Duration, n int) time.Duration {
 	d := base
-	for i := 1; i < n && d < 30*time.Second; i++ {
+	for i := 1; i < n && d < MaxBackoff; i++ {
 		d *= 2
 	}
-	if d > 30*time.Second {
-		d = 30 * time.Second
-	}
+	d = min(d, MaxBackoff)
 	j := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
 	return d + j
 }
