@@ -225,3 +225,97 @@ func TestClusterConcurrentIncrements(t *testing.T) {
 		t.Errorf("keys on %d of 3 primaries; the cluster was not exercised", spread)
 	}
 }
+
+// Durability acceptance 2 (second half): on the Redis Cluster, under a
+// running $inc workload, one primary is SIGKILLed; its replica takes over
+// its slots and the sidecar follows (ClusterClient reloads the slot map).
+// After a flush the database equals the model of acknowledged writes
+// (failed requests may or may not have applied).
+func TestClusterPrimaryKilled(t *testing.T) {
+	topology(t, "cluster", "up")
+	t.Cleanup(func() { topology(t, "cluster", "down") })
+	const docs = 16
+	e := newEnv(t, docs)
+	addr := freeAddr(t)
+	path := e.config(addr, "write-back", "")
+	rewriteRedis(t, path, "  mode: cluster\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
+	sc := start(t, path, addr)
+	models := map[string][]*docModel{"pg": make([]*docModel, docs), "maria": make([]*docModel, docs)}
+	for _, ms := range models {
+		for i := range ms {
+			ms[i] = &docModel{sets: []setOp{{val: "init", acked: true}}}
+		}
+	}
+	var mu sync.Mutex // guards models, acked, failed, lastFail
+	var acked, failed int
+	var lastFail time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 17))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				db := []string{"pg", "maria"}[rng.IntN(2)]
+				id := rng.IntN(docs)
+				amt := rng.Int64N(1_000_000) + 1
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := sc.c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), map[string]any{"$inc": map[string]any{"n": amt}})
+				cancel()
+				mu.Lock()
+				if err == nil {
+					acked++
+					models[db][id].acked += amt
+				} else {
+					failed++
+					lastFail = time.Now()
+					models[db][id].uncertain = append(models[db][id].uncertain, amt)
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	pid, err := os.ReadFile("/tmp/writeback-redis/7001/pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	mu.Lock()
+	before := acked
+	mu.Unlock()
+	waitFor(t, 30*time.Second, "writes to succeed again after the primary's replica took over", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return acked > before+200 && (lastFail.IsZero() || time.Since(lastFail) > time.Second)
+	})
+	close(stop)
+	wg.Wait()
+	sc.flush(t)
+	window := time.Duration(0)
+	if !lastFail.IsZero() {
+		window = lastFail.Sub(killed)
+	}
+	t.Logf("cluster primary :7001 killed; %d writes failed, the last %v after the kill; %d acknowledged", failed, window.Round(100*time.Millisecond), acked)
+	for _, db := range []string{"pg", "maria"} {
+		got := e.rows(db)
+		for id, m := range models[db] {
+			if err := m.check(got[int64(id+1)].N, "init"); err != nil {
+				t.Errorf("%s row %d: %v", db, id+1, err)
+			}
+		}
+	}
+}
