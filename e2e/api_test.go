@@ -305,3 +305,62 @@ func TestRefusesEvictingRedis(t *testing.T) {
 		t.Errorf("serve's error does not name the policy and the fix:\n%s", out)
 	}
 }
+
+// The dead-letter commands, through the CLI: list shows the rejected
+// changes with the store's error; after the cause is fixed, replay buffers
+// a change again and it is applied; drop removes one for good.
+func TestDeadLetterCommands(t *testing.T) {
+	e := newEnv(t, 3)
+	db := e.dbs["pg"]
+	e.exec(db, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s_cap CHECK (n <= 10)", e.table, e.table))
+	addr := freeAddr(t)
+	sc := start(t, e.config(addr, "write-back", ""), addr)
+	ctx := context.Background()
+	coll := e.coll("pg")
+	for _, id := range []string{"1", "2"} {
+		mustWrite(t)(sc.c.Patch(ctx, coll, id, map[string]any{"$inc": map[string]any{"n": 50}}))
+	}
+	sc.flush(t)
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary, append(args, "--addr", "http://"+addr)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("writeback %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	list := cli("deadletters", "list")
+	if strings.Count(list, coll) != 2 || !strings.Contains(list, "check") {
+		t.Fatalf("deadletters list shows:\n%s", list)
+	}
+	dls, err := sc.c.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 2 {
+		t.Fatalf("dead letters: %v %v", dls, err)
+	}
+	var one, two client.DeadLetter
+	for _, d := range dls {
+		if d.ID == "1" {
+			one = d
+		} else {
+			two = d
+		}
+	}
+	if out := cli("deadletters", "drop", "--collection", coll, "--id", "2", "--seq", strconv.FormatInt(two.Seq, 10)); !strings.Contains(out, "dropped 1") {
+		t.Errorf("drop: %s", out)
+	}
+	e.exec(db, fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s_cap", e.table, e.table)) // the cause, fixed
+	if out := cli("deadletters", "replay", "--collection", coll, "--id", "1", "--seq", strconv.FormatInt(one.Seq, 10)); !strings.Contains(out, "replayed 1") {
+		t.Errorf("replay: %s", out)
+	}
+	sc.flush(t)
+	rows := e.rows("pg")
+	if rows[1].N != 50 || rows[2].N != 0 {
+		t.Errorf("after replaying 1 and dropping 2: n = %d, %d; want 50, 0", rows[1].N, rows[2].N)
+	}
+	if st, _ := sc.c.Status(ctx); st.DeadLetters != 0 {
+		t.Errorf("%d dead letters left", st.DeadLetters)
+	}
+	if out := cli("deadletters", "list"); !strings.Contains(out, "no dead letters") {
+		t.Errorf("list after: %s", out)
+	}
+}

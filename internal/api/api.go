@@ -72,6 +72,8 @@ func New(opt Options, svc *docs.Service, app *bgt.Applier, buf *buffer.Buffer, m
 	h.route("GET /v1/docs/{collection}", "scan", h.scan)
 	h.route("POST /v1/flush", "flush", h.flush)
 	h.route("GET /v1/status", "status", h.status)
+	h.route("GET /v1/deadletters", "deadletters", h.listDead)
+	h.route("POST /v1/deadletters/{action}", "deadletters", h.actDead)
 	h.route("/v1/", "other", func(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -429,6 +431,71 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 		out.Warnings = h.opt.Warnings()
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) error {
+	limit := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10000 {
+			return apiError(http.StatusBadRequest, "invalid_argument", "limit must be an integer from 1 to 10000")
+		}
+		limit = n
+	}
+	dls, err := h.buf.DeadLetters(r.Context(), limit)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		DeadLetters []client.DeadLetter `json:"deadLetters"`
+	}{DeadLetters: []client.DeadLetter{}}
+	for _, d := range dls {
+		out.DeadLetters = append(out.DeadLetters, client.DeadLetter{Collection: d.Collection, ID: d.ID, Seq: d.Seq, Error: d.Error, At: d.At, Change: d.Changes})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// actDead replays or drops the dead letters a request selects.
+func (h *Handler) actDead(w http.ResponseWriter, r *http.Request) error {
+	action := r.PathValue("action")
+	if action != "replay" && action != "drop" {
+		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use replay or drop")
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var sel client.DeadLetterAction
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sel); err != nil || (!sel.All && (sel.Collection == "" || sel.ID == "" || sel.Seq <= 0)) {
+		return apiError(http.StatusBadRequest, "invalid_argument", `select dead letters with {"collection":…,"id":…,"seq":…} or {"all":true}`)
+	}
+	dls, err := h.buf.DeadLetters(r.Context(), 1<<20)
+	if err != nil {
+		return err
+	}
+	done, found := 0, false
+	for _, d := range dls {
+		if !sel.All && (d.Collection != sel.Collection || d.ID != sel.ID || d.Seq != sel.Seq) {
+			continue
+		}
+		found = true
+		if action == "replay" {
+			if err := h.svc.ReplayDeadLetter(r.Context(), d); err != nil {
+				return err
+			}
+		} else if _, err := h.buf.DropDeadLetter(r.Context(), d.Collection, d.ID, d.Seq); err != nil {
+			return err
+		}
+		done++
+	}
+	if !found && !sel.All {
+		return apiError(http.StatusNotFound, "not_found", "no such dead letter")
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"done": done})
 	return nil
 }
 

@@ -102,6 +102,7 @@ precedence is flag > environment > configuration file > default.`,
 		NewCmdServe(lookupEnv),
 		NewCmdFlush(lookupEnv),
 		NewCmdStatus(lookupEnv),
+		NewCmdDeadLetters(lookupEnv),
 		NewCmdVersion(),
 	)
 	return root

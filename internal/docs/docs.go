@@ -418,3 +418,26 @@ func keyLess(t change.Type) func(a, b string) bool {
 	}
 	return func(a, b string) bool { return a < b }
 }
+
+// ReplayDeadLetter buffers the changes of a dead letter again, as new
+// writes (new sequence numbers) after whatever was written since, and
+// removes the dead letter once they are buffered. Use it after fixing what
+// made the store reject them (a constraint, a column's size …).
+func (s *Service) ReplayDeadLetter(ctx context.Context, d buffer.DeadLetter) error {
+	c, err := s.Collection(d.Collection)
+	if err != nil {
+		return err
+	}
+	changes, err := d.DeadChanges()
+	if err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		ch.Seq = 0
+		if _, err := s.write(ctx, c, d.ID, ch); err != nil {
+			return err
+		}
+	}
+	_, err = s.buf.DropDeadLetter(ctx, d.Collection, d.ID, d.Seq)
+	return err
+}

@@ -225,6 +225,43 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return res, err
 }
 
+// DeadLetters lists up to limit dead letters.
+func (c *Client) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	var res struct {
+		DeadLetters []DeadLetter `json:"deadLetters"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, "/v1/deadletters?limit="+strconv.Itoa(limit), nil, &res)
+	return res.DeadLetters, err
+}
+
+// DeadLetterAction selects dead letters: one (Collection, ID, Seq), or All.
+type DeadLetterAction struct {
+	Collection string `json:"collection,omitempty"`
+	ID         string `json:"id,omitempty"`
+	Seq        int64  `json:"seq,omitempty"`
+	All        bool   `json:"all,omitempty"`
+}
+
+// ReplayDeadLetters buffers the selected dead letters' changes again (after
+// the cause was fixed) and removes them; it returns how many it replayed.
+func (c *Client) ReplayDeadLetters(ctx context.Context, sel DeadLetterAction) (int, error) {
+	var res struct {
+		Done int `json:"done"`
+	}
+	err := c.doJSON(ctx, http.MethodPost, "/v1/deadletters/replay", sel, &res)
+	return res.Done, err
+}
+
+// DropDeadLetters removes the selected dead letters for good; it returns
+// how many it removed.
+func (c *Client) DropDeadLetters(ctx context.Context, sel DeadLetterAction) (int, error) {
+	var res struct {
+		Done int `json:"done"`
+	}
+	err := c.doJSON(ctx, http.MethodPost, "/v1/deadletters/drop", sel, &res)
+	return res.Done, err
+}
+
 // Healthz returns nil when the sidecar process is alive.
 func (c *Client) Healthz(ctx context.Context) error {
 	_, _, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil)
