@@ -179,7 +179,9 @@ func TestClusterConcurrentIncrements(t *testing.T) {
 	e := newEnv(t, docs)
 	addr := freeAddr(t)
 	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, "  mode: cluster\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
+	// replicas: 1 — each write WAITs for its slot's replica, on the primary
+	// that took it.
+	rewriteRedis(t, path, "  mode: cluster\n  replicas: 1\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
 	sc := start(t, path, addr)
 	want := map[string]map[int]int64{"pg": {}, "maria": {}}
 	var mu sync.Mutex // guards want

@@ -61,14 +61,24 @@ func (b *Buffer) runWrite(ctx context.Context, keys []string, args []any) ([]any
 	if b.Replicas <= 0 {
 		return writeScript.Run(ctx, b.rdb, keys, args...).Slice()
 	}
+	// WAIT must run on the connection, hence the node, that took the
+	// write: in a cluster, the primary of the keys' slot.
+	var node redis.Cmdable = b.rdb
+	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		node = c
+	}
 	for attempt := 0; ; attempt++ {
-		pipe := b.rdb.Pipeline()
+		pipe := node.Pipeline()
 		ev := writeScript.EvalSha(ctx, pipe, keys, args...)
 		wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		v, err := ev.Slice()
 		if isNoScript(err) && attempt == 0 {
-			if err := writeScript.Load(ctx, b.rdb).Err(); err != nil {
+			if err := writeScript.Load(ctx, node).Err(); err != nil {
 				return nil, err
 			}
 			continue
@@ -281,6 +291,14 @@ type WriteRequest struct {
 // transaction), applied in order. results[i] and errs[i] belong to reqs[i].
 func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
 	results, errs := make([]WriteResult, len(reqs)), make([]error, len(reqs))
+	if _, cluster := b.rdb.(*redis.ClusterClient); cluster && b.Replicas > 0 {
+		// One WAIT cannot cover writes spread over several nodes: each
+		// write waits on its own node.
+		for i, r := range reqs {
+			results[i], errs[i] = b.WriteCounted(ctx, r.Coll, r.ID, r.Change, r.Schema, r.Options)
+		}
+		return results, errs
+	}
 	pipe := b.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(reqs))
 	for i, r := range reqs {

@@ -64,13 +64,6 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			s.close()
 		}
 	}()
-	if cfg.Redis.Mode == config.ModeCluster && cfg.Redis.Replicas > 0 {
-		// WAIT counts the replicas of the connection's own node; a write
-		// path spread over cluster nodes needs a WAIT per node, which is
-		// not built yet. Acknowledging without it would be a silent
-		// downgrade of durability: refuse instead.
-		return nil, fmt.Errorf("redis.replicas %d is not supported in cluster mode yet (writes would be acknowledged before reaching the replicas); set it to 0 or use sentinel mode", cfg.Redis.Replicas)
-	}
 	s.rdb = newRedis(cfg.Redis)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
