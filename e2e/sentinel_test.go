@@ -52,64 +52,9 @@ func TestSentinelFailover(t *testing.T) {
 	path := e.config(addr, "write-back", "")
 	rewriteRedis(t, path, "  mode: sentinel\n  masterName: wbmaster\n  replicas: 2\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]")
 	sc := start(t, path, addr)
-
-	models := map[string][]*docModel{"pg": make([]*docModel, docs), "maria": make([]*docModel, docs)}
-	for _, ms := range models {
-		for i := range ms {
-			ms[i] = &docModel{}
-		}
-	}
-	for _, db := range []string{"pg", "maria"} {
-		for i := range docs {
-			models[db][i].sets = []setOp{{val: "init", acked: true}}
-		}
-	}
-	var mu sync.Mutex // guards models, failures, lastFail, firstFail, okAfter
-	var failures, acked int
-	var firstFail, lastFail time.Time
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 5))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				db := []string{"pg", "maria"}[rng.IntN(2)]
-				id := rng.IntN(docs)
-				amt := rng.Int64N(1_000_000) + 1
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := sc.c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), map[string]any{"$inc": map[string]any{"n": amt}})
-				cancel()
-				mu.Lock()
-				m := models[db][id]
-				if err == nil {
-					acked++
-					m.acked += amt
-				} else {
-					failures++
-					if firstFail.IsZero() {
-						firstFail = time.Now()
-					}
-					lastFail = time.Now()
-					m.uncertain = append(m.uncertain, amt)
-				}
-				mu.Unlock()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	load := startIncLoad(e, sc, docs, 5)
 	time.Sleep(time.Second)
-	mu.Lock()
-	before := acked
-	mu.Unlock()
+	before := load.ackedCount()
 	if before == 0 {
 		t.Fatalf("no write was acknowledged with 2 replicas before the failover:\n%s", sc.out())
 	}
@@ -128,27 +73,13 @@ func TestSentinelFailover(t *testing.T) {
 	time.Sleep(2 * time.Second)   // writes now reach only 1 replica: 503s, not silent acks
 	topology(t, "sentinel", "up") // the old primary comes back and is made a replica
 	back := time.Now()
-	waitFor(t, 30*time.Second, "writes to be acknowledged again with 2 replicas", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return acked > before && !lastFail.IsZero() && time.Since(lastFail) > time.Second
-	})
-	close(stop)
-	wg.Wait()
-	sc.flush(t)
+	waitFor(t, 30*time.Second, "writes to be acknowledged again with 2 replicas", func() bool { return load.recovered(before) })
+	load.finish(t, sc)
 	t.Logf("primary killed; promoted after %v; writes failed from %v to %v after the kill (%d failed, %d acknowledged); old primary back as a replica %v after the kill",
-		promoted.Sub(killed).Round(100*time.Millisecond), firstFail.Sub(killed).Round(100*time.Millisecond),
-		lastFail.Sub(killed).Round(100*time.Millisecond), failures, acked, back.Sub(killed).Round(100*time.Millisecond))
-	if failures == 0 {
+		promoted.Sub(killed).Round(100*time.Millisecond), load.firstFail.Sub(killed).Round(100*time.Millisecond),
+		load.lastFail.Sub(killed).Round(100*time.Millisecond), load.failed, load.acked, back.Sub(killed).Round(100*time.Millisecond))
+	if load.failed == 0 {
 		t.Errorf("no write failed while only 1 of the 2 required replicas was up: acknowledged without WAIT's confirmation")
-	}
-	for _, db := range []string{"pg", "maria"} {
-		got := e.rows(db)
-		for id, m := range models[db] {
-			if err := m.check(got[int64(id+1)].N, "init"); err != nil {
-				t.Errorf("%s row %d: %v", db, id+1, err)
-			}
-		}
 	}
 }
 
@@ -242,50 +173,7 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	path := e.config(addr, "write-back", "")
 	rewriteRedis(t, path, "  mode: cluster\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
 	sc := start(t, path, addr)
-	models := map[string][]*docModel{"pg": make([]*docModel, docs), "maria": make([]*docModel, docs)}
-	for _, ms := range models {
-		for i := range ms {
-			ms[i] = &docModel{sets: []setOp{{val: "init", acked: true}}}
-		}
-	}
-	var mu sync.Mutex // guards models, acked, failed, lastFail
-	var acked, failed int
-	var lastFail time.Time
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 17))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				db := []string{"pg", "maria"}[rng.IntN(2)]
-				id := rng.IntN(docs)
-				amt := rng.Int64N(1_000_000) + 1
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := sc.c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), map[string]any{"$inc": map[string]any{"n": amt}})
-				cancel()
-				mu.Lock()
-				if err == nil {
-					acked++
-					models[db][id].acked += amt
-				} else {
-					failed++
-					lastFail = time.Now()
-					models[db][id].uncertain = append(models[db][id].uncertain, amt)
-				}
-				mu.Unlock()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	load := startIncLoad(e, sc, docs, 17)
 	time.Sleep(time.Second)
 	pid, err := os.ReadFile("/tmp/writeback-redis/7001/pid")
 	if err != nil {
@@ -296,25 +184,102 @@ func TestClusterPrimaryKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	mu.Lock()
-	before := acked
-	mu.Unlock()
-	waitFor(t, 30*time.Second, "writes to succeed again after the primary's replica took over", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return acked > before+200 && (lastFail.IsZero() || time.Since(lastFail) > time.Second)
-	})
-	close(stop)
-	wg.Wait()
-	sc.flush(t)
+	before := load.ackedCount()
+	waitFor(t, 30*time.Second, "writes to succeed again after the primary's replica took over", func() bool { return load.recovered(before + 200) })
+	load.finish(t, sc)
 	window := time.Duration(0)
-	if !lastFail.IsZero() {
-		window = lastFail.Sub(killed)
+	if !load.lastFail.IsZero() {
+		window = load.lastFail.Sub(killed)
 	}
-	t.Logf("cluster primary :7001 killed; %d writes failed, the last %v after the kill; %d acknowledged", failed, window.Round(100*time.Millisecond), acked)
+	t.Logf("cluster primary :7001 killed; %d writes failed, the last %v after the kill; %d acknowledged", load.failed, window.Round(100*time.Millisecond), load.acked)
+}
+
+// incLoad is a running $inc workload: 16 clients incrementing n by random
+// large amounts on docs documents of both databases, keeping the model of
+// what was acknowledged and what failed (may or may not have applied).
+type incLoad struct {
+	e      *env
+	models map[string][]*docModel
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	mu                  sync.Mutex // guards models, acked, failed, firstFail, lastFail
+	acked, failed       int
+	firstFail, lastFail time.Time
+}
+
+func startIncLoad(e *env, sc *sidecar, docs int, seed uint64) *incLoad {
+	l := &incLoad{e: e, stop: make(chan struct{}), models: map[string][]*docModel{}}
 	for _, db := range []string{"pg", "maria"} {
-		got := e.rows(db)
-		for id, m := range models[db] {
+		for range docs {
+			l.models[db] = append(l.models[db], &docModel{sets: []setOp{{val: "init", acked: true}}})
+		}
+	}
+	for c := range 16 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), seed))
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				db := []string{"pg", "maria"}[rng.IntN(2)]
+				id := rng.IntN(docs)
+				amt := rng.Int64N(1_000_000) + 1
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := sc.c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), map[string]any{"$inc": map[string]any{"n": amt}})
+				cancel()
+				l.mu.Lock()
+				m := l.models[db][id]
+				if err == nil {
+					l.acked++
+					m.acked += amt
+				} else {
+					l.failed++
+					if l.firstFail.IsZero() {
+						l.firstFail = time.Now()
+					}
+					l.lastFail = time.Now()
+					m.uncertain = append(m.uncertain, amt)
+				}
+				l.mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// ackedCount returns how many writes were acknowledged so far.
+func (l *incLoad) ackedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked
+}
+
+// recovered reports whether more than n writes were acknowledged and none
+// failed for the last second.
+func (l *incLoad) recovered(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked > n && (l.lastFail.IsZero() || time.Since(l.lastFail) > time.Second)
+}
+
+// finish stops the clients, flushes, and checks both databases against
+// the model.
+func (l *incLoad) finish(t *testing.T, sc *sidecar) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	sc.flush(t)
+	for _, db := range []string{"pg", "maria"} {
+		got := l.e.rows(db)
+		for id, m := range l.models[db] {
 			if err := m.check(got[int64(id+1)].N, "init"); err != nil {
 				t.Errorf("%s row %d: %v", db, id+1, err)
 			}
