@@ -95,7 +95,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		if !storeUsed(cfg, name) {
 			continue
 		}
-		st, err := store.OpenWith(ctx, sc.Driver, dsnOf(sc), store.Options{MaxConns: sc.MaxConns})
+		st, err := store.OpenWith(ctx, sc.Driver, dsnOf(sc), store.Options{MaxConns: sc.MaxConns, Database: sc.Database})
 		if err != nil {
 			return nil, fmt.Errorf("store %s: %v", name, err)
 		}

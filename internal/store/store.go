@@ -110,7 +110,8 @@ func IsPermanent(err error) bool {
 
 // Options tune a store's connection pool.
 type Options struct {
-	MaxConns int // connections at most (default 32)
+	MaxConns int    // connections at most (default 32)
+	Database string // mongodb: the database holding the collections
 }
 
 // Open connects to a database with default options. driver is "postgres"
