@@ -93,7 +93,18 @@ type Schema struct {
 	Columns []Column // in the table's order; includes the key
 	index   map[string]int
 	dynamic bool
+	// reserved is a top-level field of a document collection that the
+	// store keeps for itself (MongoDB: the applied seq stamp); clients can
+	// neither write nor change it.
+	reserved string
 }
+
+// Reserve makes the top-level field name of a document collection the
+// store's own: a Put or Patch that names it is refused.
+func (s *Schema) Reserve(name string) { s.reserved = name }
+
+// Reserved is the field Reserve set ("" when none).
+func (s *Schema) Reserved() string { return s.reserved }
 
 // NewDynamicSchema builds the schema of a document collection (MongoDB): the
 // key field (MongoDB: "_id") holds the document's id as a string, and any
@@ -381,6 +392,9 @@ func parseDocPut(s *Schema, id string, body []byte) (Change, error) {
 		if err := checkFieldName(name); err != nil {
 			return Change{}, err
 		}
+		if name == s.reserved && name != "" {
+			return Change{}, invalid("field %q is reserved for writeback's bookkeeping; rename it", name)
+		}
 		cv, err := canonicalValue(v)
 		if err != nil {
 			return Change{}, err
@@ -504,8 +518,12 @@ func parseDocField(s *Schema, ch *Change, op Operator, name string, v json.RawMe
 	if err := checkPath(name); err != nil {
 		return err
 	}
-	if segs := segments(name); segs[0] == s.Key {
+	segs := segments(name)
+	if segs[0] == s.Key {
 		return invalid("field %q is the key and cannot be changed", truncate(name))
+	}
+	if segs[0] == s.reserved && s.reserved != "" {
+		return invalid("field %q is reserved for writeback's bookkeeping; rename it", s.reserved)
 	}
 	o, err := buildOp(op, name, v)
 	if err != nil {

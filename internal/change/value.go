@@ -328,6 +328,11 @@ func canonicalNumber(lit string) (string, error) {
 	return formatDouble(f), nil
 }
 
+// FormatDouble returns the canonical JSON of a double (a BSON double a
+// store read, say): like encoding/json, plus ".0" when the result would
+// read as an integer, so that it stays a double.
+func FormatDouble(f float64) string { return formatDouble(f) }
+
 // formatDouble formats f as a double: like encoding/json, plus ".0" when
 // the result would read as an integer.
 func formatDouble(f float64) string {

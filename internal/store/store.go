@@ -1,7 +1,9 @@
 // Package store owns the adapters to the databases behind the cache
-// (PostgreSQL via pgx, MySQL/MariaDB via go-sql-driver/mysql) behind one
-// interface. It knows tables, rows and the writeback_applied_docs records
-// that make applying exactly-once; it knows nothing about Redis.
+// (PostgreSQL via pgx, MySQL/MariaDB via go-sql-driver/mysql, MongoDB via
+// mongo-go-driver) behind one interface. It knows tables, rows, documents
+// and what makes applying exactly-once (the writeback_applied_docs records
+// of the SQL stores, the stamps of MongoDB documents); it knows nothing
+// about Redis.
 package store
 
 import (
@@ -81,6 +83,31 @@ type Store interface {
 	Close() error
 }
 
+// Converter is a store whose Apply is exactly-once only for changes that
+// are harmless to replay: no transaction covers a document together with
+// the record of what was applied to it (MongoDB, FerretDB). Before handing
+// it a document's changes, an applier runs the paper's Algorithm 2: it
+// reads the stored document, compacts the changes and converts the
+// non-idempotent ones ($inc, $push, $pull) into their idempotent
+// equivalents computed from it (change.Idempotent), persists the
+// converted changes in the buffered write in place of the originals, and
+// only then applies them; a crash anywhere leaves either the originals
+// (nothing applied) or converted changes, which a replay applies again to
+// the same result.
+type Converter interface {
+	Store
+	// ReadMany returns the stored documents of ids, each with the seq of
+	// the last change applied to it (its stamp); a missing document is
+	// absent from the map.
+	ReadMany(ctx context.Context, t *Table, ids []string) (map[string]Stored, error)
+}
+
+// Stored is a stored document and the seq of the last change applied to it.
+type Stored struct {
+	Doc change.Doc
+	Seq int64
+}
+
 // AppliedRecord is one row of writeback_applied_docs.
 type AppliedRecord struct {
 	Collection string
@@ -115,7 +142,8 @@ type Options struct {
 }
 
 // Open connects to a database with default options. driver is "postgres"
-// or "mysql".
+// or "mysql" (dsn a DSN), or "mongodb" (dsn a URI; use OpenWith to name
+// the database).
 func Open(ctx context.Context, driver, dsn string) (Store, error) {
 	return OpenWith(ctx, driver, dsn, Options{})
 }
@@ -130,6 +158,8 @@ func OpenWith(ctx context.Context, driver, dsn string, o Options) (Store, error)
 		return openPostgres(ctx, dsn, o)
 	case "mysql":
 		return openMySQL(ctx, dsn, o)
+	case "mongodb":
+		return openMongo(ctx, dsn, o)
 	}
-	return nil, fmt.Errorf("store: unknown driver %q (use postgres or mysql)", driver)
+	return nil, fmt.Errorf("store: unknown driver %q (use postgres, mysql or mongodb)", driver)
 }
