@@ -49,6 +49,7 @@ type Metrics struct {
 	ApplyDuration     prometheus.Histogram   // apply_duration_seconds
 	ApplyErrors       *prometheus.CounterVec // apply_errors_total{kind}
 	DuplicatesSkipped prometheus.Counter     // duplicates_skipped_total
+	ConvertedWrites   prometheus.Counter     // converted_writes_total
 	LeaseConflicts    *prometheus.CounterVec // lease_conflicts_total{kind}
 	StoreUp           *prometheus.GaugeVec   // store_up{store}
 
@@ -152,6 +153,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		DuplicatesSkipped: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "duplicates_skipped_total",
 			Help: "Changes skipped because the store's applied records show an earlier attempt applied them.",
+		}),
+		ConvertedWrites: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "converted_writes_total",
+			Help: "Buffered writes whose changes an applier replaced by compacted, idempotent equivalents before applying them (MongoDB: the paper's Algorithm 2).",
 		}),
 		LeaseConflicts: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "lease_conflicts_total",
