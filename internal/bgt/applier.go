@@ -631,14 +631,152 @@ func errKind(err error) string {
 }
 
 func (a *Applier) apply(ctx context.Context, st store.Store, writes []store.Write) ([]store.Result, error) {
-	fault.Hit(fault.BeforeCommit)
-	start := time.Now()
-	res, err := st.Apply(ctx, writes)
-	if err == nil {
-		a.m.ApplyDuration.Observe(time.Since(start).Seconds())
-		a.m.ApplyBatchSize.Observe(float64(len(writes)))
+	cv, converting := st.(store.Converter)
+	if !converting {
+		fault.Hit(fault.BeforeCommit)
+		start := time.Now()
+		res, err := st.Apply(ctx, writes)
+		if err == nil {
+			a.m.ApplyDuration.Observe(time.Since(start).Seconds())
+			a.m.ApplyBatchSize.Observe(float64(len(writes)))
+		}
+		return res, err
 	}
-	return res, err
+	todo, idx, results, err := a.convert(ctx, cv, writes)
+	if err != nil {
+		return nil, err
+	}
+	fault.Hit(fault.BeforeCommit)
+	if len(todo) == 0 {
+		return results, nil
+	}
+	start := time.Now()
+	res, err := st.Apply(ctx, todo)
+	if err != nil {
+		return nil, err
+	}
+	a.m.ApplyDuration.Observe(time.Since(start).Seconds())
+	a.m.ApplyBatchSize.Observe(float64(len(todo)))
+	for k, i := range idx {
+		results[i].Applied += res[k].Applied
+		results[i].Missing = results[i].Missing || res[k].Missing
+	}
+	return results, nil
+}
+
+// convert is the paper's Algorithm 2 for a store without transactions
+// (see store.Converter), for a batch: it reads the batch's documents with
+// their stamps, drops the changes the stamps say were applied (a replay
+// after a crash before the trim), compacts the rest (RMW compaction),
+// converts them into idempotent changes computed from the stored
+// documents, persists the conversions in the buffered writes — waiting
+// for the replicas, as a buffered write does — and returns the writes to
+// apply (todo, from writes[idx[k]]) and results carrying the skipped
+// counts. A change that cannot apply to its stored document ($inc of a
+// string …) is a permanent error, which the caller isolates into a dead
+// letter. A conversion that finds its buffered write trimmed meanwhile (a
+// write-through or flush applied it) fails the batch, to be read again.
+func (a *Applier) convert(ctx context.Context, cv store.Converter, writes []store.Write) (todo []store.Write, idx []int, results []store.Result, err error) {
+	results = make([]store.Result, len(writes))
+	stored := make([]map[string]store.Stored, len(writes))
+	byTable := map[*store.Table][]int{}
+	for i, w := range writes {
+		byTable[w.Table] = append(byTable[w.Table], i)
+	}
+	for t, is := range byTable {
+		ids := make([]string, len(is))
+		for k, i := range is {
+			ids[k] = writes[i].ID
+		}
+		m, err := cv.ReadMany(ctx, t, ids)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for _, i := range is {
+			stored[i] = m
+		}
+	}
+	var convs []buffer.Conversion
+	for i, w := range writes {
+		st := stored[i][w.ID]
+		results[i].LastSeq = w.Changes[len(w.Changes)-1].Seq
+		k := 0
+		for k < len(w.Changes) && w.Changes[k].Seq <= st.Seq {
+			k++
+		}
+		results[i].Skipped = k
+		rest := w.Changes[k:]
+		if len(rest) == 0 {
+			continue
+		}
+		conv, err := Convert(st.Doc, rest)
+		if err != nil {
+			return nil, nil, nil, &store.Error{Permanent: true, Err: fmt.Errorf("document %s: %w", w.ID, err)}
+		}
+		if len(conv) != len(rest) || !allIdempotent(rest) {
+			ref := buffer.DocRef{Part: w.Partition, Member: buffer.Member(w.Collection, w.ID)}
+			convs = append(convs, buffer.Conversion{DocRef: ref, First: rest[0].Seq, Last: results[i].LastSeq, Changes: conv})
+		}
+		c := w
+		c.Changes = conv
+		todo = append(todo, c)
+		idx = append(idx, i)
+	}
+	ok, err := a.buf.Convert(ctx, convs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i, done := range ok {
+		if !done {
+			return nil, nil, nil, fmt.Errorf("bgt: the buffered write of %s changed while it was converted; it is read again", convs[i].Member)
+		}
+	}
+	a.m.ConvertedWrites.Add(float64(len(convs)))
+	fault.Hit(fault.AfterConvert)
+	return todo, idx, results, nil
+}
+
+// Convert compacts a document's pending changes and makes them idempotent
+// against its stored value doc (nil: no document), as Algorithm 2 does
+// before applying: a patch that finds no document does nothing (MongoDB's
+// update matches nothing), so it becomes an empty patch; a change that
+// cannot apply to the value it meets is an error wrapping *change.TypeError.
+func Convert(doc change.Doc, changes []change.Change) ([]change.Change, error) {
+	compacted := change.CompactDoc(changes)
+	out := make([]change.Change, len(compacted))
+	live := make([]change.Change, 0, len(compacted)) // the changes that do something
+	var at []int                                     // their positions in out
+	cur := doc
+	for j, c := range compacted {
+		next, err := change.Apply(cur, c)
+		switch {
+		case errors.Is(err, change.ErrNotFound):
+			out[j] = change.Change{Seq: c.Seq, Kind: change.Patch}
+		case err != nil:
+			return nil, fmt.Errorf("change seq %d: %w", c.Seq, err)
+		default:
+			cur = next
+			live = append(live, c)
+			at = append(at, j)
+		}
+	}
+	conv, err := change.Idempotent(doc, live)
+	if err != nil {
+		return nil, err
+	}
+	for k, j := range at {
+		out[j] = conv[k]
+	}
+	return out, nil
+}
+
+func allIdempotent(cs []change.Change) bool {
+	for _, c := range cs {
+		if !change.IsIdempotent(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // account turns store results into trims and metrics.

@@ -237,13 +237,7 @@ func (s *Service) Patch(ctx context.Context, coll, id string, body []byte) (int6
 	if err != nil {
 		return 0, err
 	}
-	// Operators on schemaless documents belong to document stores, which
-	// are not wired yet: refuse rather than acknowledge a change no store
-	// would apply.
-	if len(ch.Ops) > 0 {
-		return 0, &change.Error{Msg: "this collection's store does not support document operators yet"}
-	}
-	if len(ch.JSON) > 0 {
+	if len(ch.JSON) > 0 || len(ch.Ops) > 0 {
 		// A type error the current value already shows ($push onto a
 		// number …) is the client's: a 400 now rather than a dead letter
 		// later. A concurrent write can still change the value; then only
@@ -285,7 +279,10 @@ func (s *Service) write(ctx context.Context, c *Collection, id string, ch change
 			return 0, &StoreError{Err: err}
 		}
 	}
-	o := buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround, Token: buffer.NewToken()}
+	// Document operators ($push, nested paths …) are not applied to the
+	// cache entry in Lua: the entry is dropped and the next read computes
+	// it, as the store will, from the same operators.
+	o := buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround || len(ch.Ops) > 0, Token: buffer.NewToken()}
 	for attempt := 0; attempt < maxVoided; attempt++ {
 		seq, out, err := s.buf.Write(ctx, c.Name, id, ch, c.Table.Schema, o)
 		if err != nil {

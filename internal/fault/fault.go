@@ -26,6 +26,10 @@ const (
 	// AfterBuffer is reached after a write was buffered, before it is
 	// acknowledged.
 	AfterBuffer = "api.after-buffer"
+	// AfterConvert is reached after an applier persisted converted
+	// (idempotent) changes in the buffered writes, before it applies them
+	// (MongoDB, the paper's Algorithm 2).
+	AfterConvert = "bgt.after-convert"
 )
 
 var (
