@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -243,13 +244,29 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// encodeDoc writes a document's fields in the table's column order.
+// encodeDoc writes a document's fields in the table's column order; a
+// document collection's with the key first and the other fields in name
+// order (a stable order, so that ETags are).
 func encodeDoc(s *change.Schema, d change.Doc) []byte {
+	names := make([]string, 0, len(d))
+	if s.Dynamic() {
+		for name := range d {
+			if name != s.Key {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		names = append([]string{s.Key}, names...)
+	} else {
+		for _, c := range s.Columns {
+			names = append(names, c.Name)
+		}
+	}
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
-	for _, c := range s.Columns {
-		v, ok := d[c.Name]
+	for _, name := range names {
+		v, ok := d[name]
 		if !ok {
 			continue
 		}
@@ -257,7 +274,7 @@ func encodeDoc(s *change.Schema, d change.Doc) []byte {
 			b.WriteByte(',')
 		}
 		first = false
-		k, _ := json.Marshal(c.Name)
+		k, _ := json.Marshal(name)
 		b.Write(k)
 		b.WriteByte(':')
 		b.Write(v)
