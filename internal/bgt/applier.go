@@ -68,6 +68,14 @@ type Applier struct {
 	m     *metrics.Metrics
 	log   *slog.Logger
 
+	// parts serializes the rounds of each partition in this process: a
+	// flush or a write-through must not apply a document while a worker
+	// applies it. The SQL stores would serialize them anyway (the applied
+	// record's row lock), but a MongoDB document has no such lock, and two
+	// appliers converting the same changes from different reads of it
+	// could leave the older value last.
+	parts []sync.Mutex
+
 	work []chan []int  // per worker: the partitions of its next round
 	kick chan struct{} // a worker found more work than one round took
 
@@ -103,6 +111,7 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 	}
 	a := &Applier{
 		cfg: cfg, buf: buf, colls: colls, m: m, log: log,
+		parts:    make([]sync.Mutex, buf.Partitions()),
 		work:     make([]chan []int, cfg.Workers),
 		kick:     make(chan struct{}, 1),
 		owned:    map[int]bool{},
@@ -448,6 +457,17 @@ func Pick(parts []int, lists [][]string, limit int) []buffer.DocRef {
 // per store, then trims what was applied. full reports that more documents
 // were pending than the round took.
 func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, full bool, err error) {
+	locked := slices.Clone(parts)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	for _, p := range locked {
+		a.parts[p].Lock()
+	}
+	defer func() {
+		for _, p := range locked {
+			a.parts[p].Unlock()
+		}
+	}()
 	// Read past documents of collections this sidecar does not serve (a
 	// collection removed from the config while it had pending writes; or
 	// another deployment's): they must not hide the ones it does serve.
@@ -715,7 +735,9 @@ func (a *Applier) convert(ctx context.Context, cv store.Converter, writes []stor
 		}
 		if len(conv) != len(rest) || !allIdempotent(rest) {
 			ref := buffer.DocRef{Part: w.Partition, Member: buffer.Member(w.Collection, w.ID)}
-			convs = append(convs, buffer.Conversion{DocRef: ref, First: rest[0].Seq, Last: results[i].LastSeq, Changes: conv})
+			// The replacement starts at the head read, so the changes the
+			// stamp says were applied (a crash before their trim) go too.
+			convs = append(convs, buffer.Conversion{DocRef: ref, First: w.Changes[0].Seq, Last: results[i].LastSeq, Changes: conv})
 		}
 		c := w
 		c.Changes = conv
@@ -823,6 +845,8 @@ func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) erro
 		return fmt.Errorf("bgt: unknown collection %q", coll)
 	}
 	ref := a.buf.Ref(coll, id)
+	a.parts[ref.Part].Lock()
+	defer a.parts[ref.Part].Unlock()
 	for {
 		changes, err := a.buf.Changes(ctx, []buffer.DocRef{ref}, a.cfg.MaxPerDoc)
 		if err != nil {
