@@ -611,3 +611,65 @@ func TestMongoTypeErrors(t *testing.T) {
 }
 
 func bytesContain(b []byte, s string) bool { return bytes.Contains(b, []byte(s)) }
+
+// PUT/PATCH/DELETE/GET/scan under each policy, as for SQL collections:
+// write-through and write-around reach the server before the answer.
+func TestMongoPoliciesAndScan(t *testing.T) {
+	for _, policy := range []string{"write-back", "write-through", "write-around"} {
+		t.Run(policy, func(t *testing.T) {
+			e := newMongoEnv(t)
+			addr := freeAddr(t)
+			sc := start(t, e.config(addr, policy), addr)
+			ctx := context.Background()
+			for _, id := range []string{"b", "a", "c"} {
+				if _, err := sc.c.Put(ctx, e.coll, id, map[string]any{"n": 1, "o": map[string]any{"x": []int{1}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := sc.c.Patch(ctx, e.coll, "a", map[string]any{"$inc": map[string]any{"n": 2}, "$push": map[string]any{"o.x": 2}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sc.c.Delete(ctx, e.coll, "c"); err != nil {
+				t.Fatal(err)
+			}
+			if policy != "write-back" {
+				if d := e.stored("a"); toInt64(d["n"]) != 3 || e.stored("c") != nil {
+					t.Errorf("stored before any flush: a=%v c=%v; want n=3 and c gone", d, e.stored("c"))
+				}
+			}
+			check := func(when string) {
+				t.Helper()
+				docs, err := sc.c.Scan(ctx, e.coll, "", 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, raw := range docs {
+					var d struct {
+						ID string `json:"_id"`
+					}
+					if err := json.Unmarshal(raw, &d); err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, d.ID)
+				}
+				if fmt.Sprint(got) != "[a b]" {
+					t.Errorf("%s: scan = %v; want [a b]", when, got)
+				}
+				d := getDoc(t, sc.c, e.coll, "a")
+				if fmt.Sprint(d["n"], d["o"]) != "3 map[x:[1 2]]" {
+					t.Errorf("%s: a = %v", when, d)
+				}
+				if _, _, err := sc.c.Get(ctx, e.coll, "c"); !errIs(err, http.StatusNotFound) {
+					t.Errorf("%s: get c = %v; want 404", when, err)
+				}
+			}
+			check("before flush")
+			sc.flush(t)
+			if err := evictMongo(e, "a"); err != nil {
+				t.Fatal(err)
+			}
+			check("after flush")
+		})
+	}
+}
