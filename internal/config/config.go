@@ -94,7 +94,9 @@ const (
 )
 
 // Queue is a family of session queues (Design 2): a commit names
-// "<family>/<key>" and its DML may touch only Tables.
+// "<family>/<key>" and its DML may change only Tables, which must be in
+// Store. Sessions of one queue are applied in commit order; sessions that
+// change the same rows must therefore share a queue.
 type Queue struct {
 	Store  string   `yaml:"store"`
 	Tables []string `yaml:"tables"`
@@ -106,6 +108,7 @@ type Writeback struct {
 	Workers           int      `yaml:"workers"`           // applier goroutines per sidecar
 	BatchSize         int      `yaml:"batchSize"`         // documents per applied batch
 	LeaseLifetime     Duration `yaml:"leaseLifetime"`     // lifetime of S/X and I/Q leases
+	SessionTimeout    Duration `yaml:"sessionTimeout"`    // a session neither committed nor aborted within it is forgotten
 	OwnerLease        Duration `yaml:"ownerLease"`        // lifetime of a partition ownership lease
 	PollInterval      Duration `yaml:"pollInterval"`      // how often an idle applier looks for work
 	MaxRetries        int      `yaml:"maxRetries"`        // transient store errors before dead-lettering
@@ -142,6 +145,7 @@ func Default() *Config {
 			Workers:           4,
 			BatchSize:         128,
 			LeaseLifetime:     Duration{500 * time.Millisecond},
+			SessionTimeout:    Duration{30 * time.Second},
 			OwnerLease:        Duration{3 * time.Second},
 			PollInterval:      Duration{100 * time.Millisecond},
 			MaxRetries:        5,

@@ -42,6 +42,7 @@ func (c *Config) Validate() error {
 	c.validateStores(&v)
 	c.validateCollections(&v)
 	c.validateQueues(&v)
+	c.validateMappings(&v)
 	c.validateWriteback(&v)
 	if c.Limits.MaxBodyBytes <= 0 {
 		v.addf("limits.maxBodyBytes: %d is not positive; use a size such as 1MiB", c.Limits.MaxBodyBytes)
@@ -167,6 +168,22 @@ func (c *Config) validateQueues(v *validator) {
 	}
 }
 
+// validateMappings checks what every mapping entry has: the name of its
+// plugin. The plugin decodes and validates the rest when the sidecar
+// starts (package mappings).
+func (c *Config) validateMappings(v *validator) {
+	for i, m := range c.Mappings {
+		p, ok := m["plugin"]
+		name, isString := p.(string)
+		switch {
+		case !ok:
+			v.addf("mappings[%d].plugin: the entry names no plugin; set plugin, e.g. plugin: sql", i)
+		case !isString || strings.TrimSpace(name) == "":
+			v.addf("mappings[%d].plugin: %v is not a plugin name; use a name such as sql", i, p)
+		}
+	}
+}
+
 func (c *Config) validateWriteback(v *validator) {
 	w := c.Writeback
 	if w.Partitions < 1 || w.Partitions > MaxPartitions {
@@ -179,6 +196,10 @@ func (c *Config) validateWriteback(v *validator) {
 		v.addf("writeback.batchSize: %d is out of range; use a number from 1 to %d (the default is 128)", w.BatchSize, MaxBatchSize)
 	}
 	v.positive("writeback.leaseLifetime", w.LeaseLifetime, "500ms")
+	v.positive("writeback.sessionTimeout", w.SessionTimeout, "30s")
+	if w.SessionTimeout.Duration > 0 && w.SessionTimeout.Duration < w.LeaseLifetime.Duration {
+		v.addf("writeback.sessionTimeout: %s is shorter than writeback.leaseLifetime (%s), so sessions would be forgotten while their leases live; raise sessionTimeout", w.SessionTimeout, w.LeaseLifetime)
+	}
 	v.positive("writeback.ownerLease", w.OwnerLease, "3s")
 	v.positive("writeback.pollInterval", w.PollInterval, "20ms")
 	v.positive("writeback.retryBackoff", w.RetryBackoff, "100ms")

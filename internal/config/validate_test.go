@@ -167,6 +167,15 @@ func TestValidate(t *testing.T) {
 			"writeback.batchSize: 10001 is out of range; use a number from 1 to 10000 (the default is 128)"},
 		{"lease lifetime", func(c *Config) { c.Writeback.LeaseLifetime = Duration{} },
 			"writeback.leaseLifetime: 0s is not positive; use a duration such as 500ms"},
+		{"session timeout", func(c *Config) { c.Writeback.SessionTimeout = Duration{} },
+			"writeback.sessionTimeout: 0s is not positive; use a duration such as 30s"},
+		{"session timeout under lease lifetime", func(c *Config) {
+			c.Writeback.SessionTimeout, c.Writeback.LeaseLifetime = Duration{time.Second}, Duration{2 * time.Second}
+		}, "writeback.sessionTimeout: 1s is shorter than writeback.leaseLifetime (2s), so sessions would be forgotten while their leases live; raise sessionTimeout"},
+		{"mapping without plugin", func(c *Config) { c.Mappings = []map[string]any{{"store": "pg"}} },
+			"mappings[0].plugin: the entry names no plugin; set plugin, e.g. plugin: sql"},
+		{"mapping plugin not a name", func(c *Config) { c.Mappings = []map[string]any{{"plugin": 3}} },
+			"mappings[0].plugin: 3 is not a plugin name; use a name such as sql"},
 		{"owner lease", func(c *Config) { c.Writeback.OwnerLease = Duration{-time.Second} },
 			"writeback.ownerLease: -1s is not positive; use a duration such as 3s"},
 		{"poll interval", func(c *Config) { c.Writeback.PollInterval = Duration{} },

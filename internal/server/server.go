@@ -51,6 +51,7 @@ type Server struct {
 	ln       net.Listener
 	resp     *resp.Server // nil when listenResp is empty
 	respLn   net.Listener
+	sess     *sessions // Design 2: sessions, queues, mappings
 	warnings []string
 }
 
@@ -134,6 +135,9 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		return nil, err
 	}
 	s.svc = docs.New(s.buf, s.app, colls, s.m)
+	if err := s.newSessions(ctx, reg); err != nil {
+		return nil, err
+	}
 	h := api.New(api.Options{
 		Token:        cfg.Auth.Token,
 		MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
@@ -142,6 +146,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		Stores:       s.stores,
 		Warnings:     func() []string { return s.warnings },
 	}, s.svc, s.app, s.buf, s.m, reg, log)
+	s.sess.register(h)
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -199,6 +204,16 @@ func storeUsed(cfg *config.Config, name string) bool {
 			return true
 		}
 	}
+	for _, q := range cfg.Queues {
+		if q.Store == name {
+			return true
+		}
+	}
+	for _, m := range mappingStores(cfg.Mappings) {
+		if m == name {
+			return true
+		}
+	}
 	return false
 }
 
@@ -237,6 +252,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.watch(appCtx)
 	}()
+	s.sess.run(appCtx, &wg)
 	errc := make(chan error, 2)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	if s.resp != nil {
@@ -326,6 +342,7 @@ func (s *Server) fallback(pinned, limit int64) {
 }
 
 func (s *Server) close() {
+	s.sess.close()
 	for _, st := range s.stores {
 		_ = st.Close()
 	}

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// bankStats counts what the bank clients did.
+type bankStats struct {
+	transfers, aborts, audits, auditAborts, reads atomic.Int64
+}
+
+// transfer runs one read-balance-then-transfer session until it commits
+// (409s restart it with backoff). It returns the amount moved (0 when the
+// source was empty) and an error other than an abort.
+func (b *bank) transfer(ctx context.Context, c *client.Client, rng *rand.Rand, st *bankStats, branch, from, to int) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		amt, err := b.transferOnce(ctx, c, rng, branch, from, to)
+		if err == nil {
+			st.transfers.Add(1)
+			return amt, nil
+		}
+		if !client.IsAborted(err) {
+			return 0, err
+		}
+		st.aborts.Add(1)
+		time.Sleep(time.Duration(rng.IntN(1<<min(attempt, 6))) * time.Millisecond)
+	}
+}
+
+func (b *bank) transferOnce(ctx context.Context, c *client.Client, rng *rand.Rand, branch, from, to int) (int64, error) {
+	sid, err := c.BeginSession(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var bal [2]int64
+	for i, id := range []int{from, to} {
+		raw, err := c.Cache(ctx, acctKey(branch, id), sid, false)
+		if err != nil {
+			return 0, err
+		}
+		a, err := decodeAccount(raw)
+		if err != nil {
+			return 0, fmt.Errorf("account %d/%d reads %s: %v", branch, id, raw, err)
+		}
+		if a.Balance < 0 {
+			return 0, fmt.Errorf("account %d/%d reads a negative balance %d", branch, id, a.Balance)
+		}
+		bal[i] = a.Balance
+	}
+	if bal[0] == 0 {
+		// Nothing to move: a read-only session, which still validates.
+		_, err := c.CommitSession(ctx, sid, client.Commit{})
+		return 0, err
+	}
+	amt := 1 + rng.Int64N(min(bal[0], 40))
+	_, err = c.CommitSession(ctx, sid, client.Commit{
+		Queue:      b.queue(branch),
+		Statements: b.transferStatements(branch, from, to, amt),
+		Cache: []client.CacheChange{
+			{Key: acctKey(branch, from), Patch: map[string]any{"$inc": map[string]any{"balance": -amt}}},
+			{Key: acctKey(branch, to), Patch: map[string]any{"$inc": map[string]any{"balance": amt}}},
+		},
+	})
+	return amt, err
+}
+
+// audit reads every account of a branch in one session under S leases and
+// commits it: once validated, the balances are a consistent state, whose
+// total is the branch's initial total.
+func (b *bank) audit(ctx context.Context, c *client.Client, st *bankStats, branch int) error {
+	for {
+		sid, err := c.BeginSession(ctx)
+		if err != nil {
+			return err
+		}
+		// In parallel: the shorter the window between the first read and
+		// the commit, the likelier no transfer wounds the audit.
+		var total atomic.Int64
+		var wg sync.WaitGroup
+		errs := make([]error, b.accounts)
+		for id := range b.accounts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				raw, err := c.Cache(ctx, acctKey(branch, id), sid, false)
+				if err == nil {
+					var a account
+					if a, err = decodeAccount(raw); err == nil {
+						total.Add(a.Balance)
+					}
+				}
+				errs[id] = err
+			}()
+		}
+		wg.Wait()
+		// One read refused aborts the session, and the others may then
+		// find it gone: an abort explains the rest.
+		var readErr error
+		for _, err := range errs {
+			if err != nil && (readErr == nil || client.IsAborted(err)) {
+				readErr = err
+			}
+		}
+		if readErr == nil {
+			_, readErr = c.CommitSession(ctx, sid, client.Commit{})
+		} else {
+			_ = c.AbortSession(ctx, sid)
+		}
+		if client.IsAborted(readErr) {
+			st.auditAborts.Add(1)
+			continue
+		}
+		if readErr != nil {
+			return readErr
+		}
+		st.audits.Add(1)
+		if want := b.initial * int64(b.accounts); total.Load() != want {
+			return fmt.Errorf("audit of branch %d saw a total of %d, want %d: an inconsistent state", branch, total.Load(), want)
+		}
+		return nil
+	}
+}
+
+// Acceptance 1: 32 clients run read-balance-then-transfer sessions between
+// 100 accounts (4 branches of 25, one queue each) while appliers run and
+// cache entries are evicted; audits (read-only sessions over a whole
+// branch) always see the branch's total; after the flush every account
+// equals the model and the total is unchanged, on both databases.
+func TestSessionBankTransfers(t *testing.T) {
+	for _, db := range []string{"pg", "maria"} {
+		t.Run(db, func(t *testing.T) {
+			const branches, accounts, clients = 4, 25, 32
+			const initial = int64(1000)
+			b := newBank(t, db, branches, accounts, initial)
+			addr := freeAddr(t)
+			sc := start(t, b.config(addr, "", ""), addr)
+			ctx := context.Background()
+			var st bankStats
+			var modelMu sync.Mutex // guards model
+			model := map[[2]int]int64{}
+			stop := make(chan struct{})
+			errc := make(chan error, clients+2)
+			var wg sync.WaitGroup
+			for c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(c), 42))
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						branch := rng.IntN(branches)
+						if c%8 == 0 && rng.IntN(4) == 0 {
+							if err := b.audit(ctx, sc.c, &st, branch); err != nil {
+								errc <- err
+								return
+							}
+							continue
+						}
+						from := rng.IntN(accounts)
+						to := (from + 1 + rng.IntN(accounts-1)) % accounts
+						amt, err := b.transfer(ctx, sc.c, rng, &st, branch, from, to)
+						if err != nil {
+							errc <- fmt.Errorf("transfer: %w", err)
+							return
+						}
+						modelMu.Lock()
+						model[[2]int{branch, from}] -= amt
+						model[[2]int{branch, to}] += amt
+						modelMu.Unlock()
+					}
+				}()
+			}
+			// Eviction: entries disappear behind the sidecar's back, so
+			// reads miss and must apply the queue before loading.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(9, 9))
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+					br, id := rng.IntN(branches), rng.IntN(accounts)
+					if err := b.evict(acctKey(br, id), b.queue(br)); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+			time.Sleep(10 * time.Second)
+			close(stop)
+			wg.Wait()
+			close(errc)
+			for err := range errc {
+				t.Fatalf("%v\n%s", err, sc.out())
+			}
+			res := flushQueues(t, sc)
+			if !res.Drained || res.Pending != 0 || res.Stopped != 0 {
+				t.Fatalf("flush: %+v", res)
+			}
+			got := b.balances()
+			var total int64
+			for br := range branches {
+				for id := range accounts {
+					want := initial + model[[2]int{br, id}]
+					if got[br][id] != want {
+						t.Errorf("account %d/%d: %d in the store, model %d", br, id, got[br][id], want)
+					}
+					total += got[br][id]
+					raw, err := sc.c.Cache(ctx, acctKey(br, id), "", false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if a, _ := decodeAccount(raw); a.Balance != got[br][id] {
+						t.Errorf("account %d/%d: the sidecar reads %s, the store has %d", br, id, raw, got[br][id])
+					}
+				}
+			}
+			if total != initial*branches*accounts {
+				t.Errorf("total %d, want %d", total, initial*branches*accounts)
+			}
+			applied := b.appliedSessions()
+			t.Logf("%s: %d transfers committed, %d aborted and retried; %d audits consistent, %d aborted; %d sessions applied",
+				db, st.transfers.Load(), st.aborts.Load(), st.audits.Load(), st.auditAborts.Load(), applied)
+			if st.transfers.Load() < 200 || st.audits.Load() < 5 {
+				t.Errorf("the workload barely ran: %d transfers, %d audits", st.transfers.Load(), st.audits.Load())
+			}
+			if errors.Is(ctx.Err(), context.Canceled) {
+				t.Fatal("cancelled")
+			}
+		})
+	}
+}

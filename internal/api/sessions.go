@@ -1,0 +1,270 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/writeback/writeback/internal/bgt"
+	"github.com/writeback/writeback/internal/session"
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// Sessions is what the session endpoints serve.
+type Sessions struct {
+	Service *session.Service
+	Queues  *session.Queues
+	Applier *bgt.QueueApplier
+}
+
+// RegisterSessions adds the Design 2 endpoints: sessions, mapped cache
+// reads and the queues' status, flush and dead letters.
+func (h *Handler) RegisterSessions(s Sessions) {
+	sh := &sessionHandler{h: h, s: s}
+	h.route("POST /v1/sessions", "session", sh.begin)
+	h.route("POST /v1/sessions/{id}/{action}", "session", sh.act)
+	h.route("GET /v1/cache/{key...}", "cache", sh.read)
+	h.route("GET /v1/queues", "queues", sh.status)
+	h.route("POST /v1/queues/flush", "flush", sh.flush)
+	h.route("GET /v1/queues/deadletters", "queues", sh.listDead)
+	h.route("POST /v1/queues/deadletters/{action}", "queues", sh.actDead)
+}
+
+type sessionHandler struct {
+	h *Handler
+	s Sessions
+}
+
+// sessionError maps the session package's errors to the error model.
+func sessionError(w http.ResponseWriter, err error) error {
+	var (
+		ie *session.InvalidError
+		ae *session.AbortedError
+		qe *session.QueueStoppedError
+	)
+	switch {
+	case errors.As(err, &ie):
+		return apiError(http.StatusBadRequest, "invalid_argument", ie.Msg)
+	case errors.As(err, &ae):
+		w.Header().Set("Retry-After", "1")
+		return apiError(http.StatusConflict, "aborted", ae.Error())
+	case errors.As(err, &qe):
+		return apiError(http.StatusServiceUnavailable, "unavailable", qe.Error())
+	case errors.Is(err, session.ErrUnknownSession):
+		return apiError(http.StatusNotFound, "not_found", "unknown session: it never existed, timed out, or already committed or aborted")
+	case errors.Is(err, session.ErrNoMapping):
+		return apiError(http.StatusNotFound, "not_found", "no mapping matches the key; configure one under mappings")
+	case errors.Is(err, session.ErrNotFound):
+		return apiError(http.StatusNotFound, "not_found", "the key has no value")
+	}
+	return err
+}
+
+func (sh *sessionHandler) begin(w http.ResponseWriter, r *http.Request) error {
+	id, err := sh.s.Service.Begin(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, client.SessionStarted{Session: id})
+	return nil
+}
+
+func (sh *sessionHandler) read(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	forUpdate := false
+	switch l := q.Get("lease"); l {
+	case "", "s":
+	case "x":
+		forUpdate = true
+	default:
+		return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("lease %q is not s or x", l))
+	}
+	v, err := sh.s.Service.Read(r.Context(), q.Get("session"), r.PathValue("key"), forUpdate)
+	if err != nil {
+		return sessionError(w, err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(v)
+	return nil
+}
+
+func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	switch r.PathValue("action") {
+	case "commit":
+		body, err := readBody(r)
+		if err != nil {
+			return err
+		}
+		var req session.CommitRequest
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body is not valid: "+oneLine(err.Error())+`; send {"queue":…,"statements":[{"sql":…,"args":[…]}],"cache":[…],"affects":[…]}`)
+		}
+		if dec.More() {
+			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body holds more than one JSON value")
+		}
+		res, err := sh.s.Service.Commit(r.Context(), id, req)
+		if err != nil {
+			return sessionError(w, err)
+		}
+		writeJSON(w, http.StatusOK, client.CommitResult{Session: res.Session, Queue: res.Queue, Seq: res.Seq})
+	case "validate":
+		if err := sh.s.Service.Validate(r.Context(), id); err != nil {
+			return sessionError(w, err)
+		}
+		writeJSON(w, http.StatusOK, client.SessionStarted{Session: id})
+	case "abort":
+		if err := sh.s.Service.Abort(r.Context(), id); err != nil {
+			return sessionError(w, err)
+		}
+		writeJSON(w, http.StatusOK, client.SessionStarted{Session: id})
+	default:
+		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use commit, validate or abort")
+	}
+	return nil
+}
+
+func (sh *sessionHandler) status(w http.ResponseWriter, r *http.Request) error {
+	st, err := sh.s.Queues.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	out := client.QueueStatus{
+		PendingSessions:         st.PendingSessions,
+		PinnedBytes:             st.PinnedBytes,
+		OldestPendingAgeSeconds: st.OldestPending.Seconds(),
+		Queues:                  st.Queues,
+		StoppedQueues:           st.StoppedQueues,
+		DeadLetters:             []client.QueueDeadLetter{},
+		Partitions:              sh.s.Queues.Keys().Partitions(),
+		OwnedPartitions:         sh.s.Applier.Owned(),
+	}
+	if st.StoppedQueues > 0 {
+		dls, err := sh.s.Queues.DeadLetters(r.Context(), 20)
+		if err != nil {
+			return err
+		}
+		out.DeadLetters = deadLetters(dls)
+	}
+	for name, f := range sh.s.Service.Families() {
+		out.Families = append(out.Families, client.QueueFamily{Name: name, Store: f.StoreName, Tables: f.Tables})
+	}
+	sort.Slice(out.Families, func(i, j int) bool { return out.Families[i].Name < out.Families[j].Name })
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func deadLetters(dls []session.DeadLetter) []client.QueueDeadLetter {
+	out := make([]client.QueueDeadLetter, 0, len(dls))
+	for _, d := range dls {
+		stmts, _ := json.Marshal(d.Statements)
+		out = append(out, client.QueueDeadLetter{Queue: d.Queue, Session: d.Session, Seq: d.Seq, Error: d.Error, At: d.At, Statements: stmts, Affects: d.Affects})
+	}
+	return out
+}
+
+func (sh *sessionHandler) flush(w http.ResponseWriter, r *http.Request) error {
+	var req client.FlushRequest
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return apiError(http.StatusBadRequest, "invalid_argument", `the flush body must be {"timeout":"30s"}`)
+		}
+	}
+	timeout := 60 * time.Second
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("timeout %q is not a positive duration such as 30s", req.Timeout))
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	res, err := sh.s.Applier.Flush(ctx)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.QueueFlushResult{Applied: res.Applied, Pending: res.Pending, Stopped: res.Stopped, Drained: res.Drained})
+	return nil
+}
+
+func (sh *sessionHandler) listDead(w http.ResponseWriter, r *http.Request) error {
+	limit := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10000 {
+			return apiError(http.StatusBadRequest, "invalid_argument", "limit must be an integer from 1 to 10000")
+		}
+		limit = n
+	}
+	dls, err := sh.s.Queues.DeadLetters(r.Context(), limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct {
+		DeadLetters []client.QueueDeadLetter `json:"deadLetters"`
+	}{deadLetters(dls)})
+	return nil
+}
+
+// actDead replays or drops the dead sessions of the selected queues.
+func (sh *sessionHandler) actDead(w http.ResponseWriter, r *http.Request) error {
+	action := r.PathValue("action")
+	if action != "replay" && action != "drop" {
+		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use replay or drop")
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var sel client.QueueAction
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sel); err != nil || (sel.All == (sel.Queue != "")) {
+		return apiError(http.StatusBadRequest, "invalid_argument", `select stopped queues with {"queue":"bank/3"} or {"all":true}`)
+	}
+	queues := []string{sel.Queue}
+	if sel.All {
+		dls, err := sh.s.Queues.DeadLetters(r.Context(), 1<<20)
+		if err != nil {
+			return err
+		}
+		queues = queues[:0]
+		for _, d := range dls {
+			queues = append(queues, d.Queue)
+		}
+	}
+	done := 0
+	for _, q := range queues {
+		do := sh.s.Queues.Replay
+		if action == "drop" {
+			do = sh.s.Queues.Drop
+		}
+		ok, err := do(r.Context(), q)
+		if err != nil {
+			return err
+		}
+		if ok {
+			done++
+		}
+	}
+	if done == 0 && !sel.All {
+		return apiError(http.StatusNotFound, "not_found", fmt.Sprintf("queue %q is not stopped", sel.Queue))
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"done": done})
+	return nil
+}

@@ -1,0 +1,458 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/lease"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/mappings"
+)
+
+// CommitRequest is the body of POST /v1/sessions/{id}/commit.
+type CommitRequest struct {
+	// Queue is "<family>/<key>": the session is applied after every session
+	// committed to it before, and its statements may change only the
+	// family's tables. Required unless the session only read.
+	Queue      string            `json:"queue"`
+	Statements []store.Statement `json:"statements"`
+	Cache      []CacheChange     `json:"cache"`
+	// Affects lists mapped keys whose values the statements change without
+	// a cache change: their entries are dropped, and misses on them apply
+	// the queue through this session first.
+	Affects []string `json:"affects"`
+}
+
+// CacheChange is one change of a mapped cache entry, which must depend on
+// the commit's queue. Exactly one of Patch, Set and Delete.
+type CacheChange struct {
+	Key string `json:"key"`
+	// Patch: update operators ($set $unset $inc $push $addToSet $pull, with
+	// dotted paths) applied to the cached object; an entry that is not
+	// cached stays so, one that the operators do not fit is dropped.
+	Patch json.RawMessage `json:"patch,omitempty"`
+	// Set: the whole new value.
+	Set json.RawMessage `json:"set,omitempty"`
+	// Delete: drop the entry.
+	Delete bool `json:"delete,omitempty"`
+}
+
+// CommitResult is what a commit did.
+type CommitResult struct {
+	Session string `json:"session"`
+	Queue   string `json:"queue,omitempty"`
+	Seq     int64  `json:"seq,omitempty"` // the session's position in its queue
+}
+
+// Object is a committed session as it waits in Redis (pinned) for an
+// applier.
+type Object struct {
+	ID         string            `json:"id"`
+	Queue      string            `json:"queue"`
+	At         int64             `json:"at"` // commit time, ms
+	Statements []store.Statement `json:"statements,omitempty"`
+	Affects    []string          `json:"affects,omitempty"` // every key it changed, sorted
+}
+
+// Limits of one commit.
+const (
+	MaxStatements = 1000
+	MaxKeys       = 1000
+)
+
+// patchSchema parses patches of cached JSON objects: any field, dotted
+// paths, every update operator. Its key field cannot be patched; nothing
+// else is reserved.
+var patchSchema = func() *change.Schema {
+	s, err := change.NewDynamicSchema("_writeback_key")
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// write is one key a commit changes.
+type write struct {
+	key   string
+	ttl   time.Duration
+	set   json.RawMessage // the new value
+	del   bool            // drop the entry (a delete, or an affected key without a change)
+	patch *change.Change
+}
+
+// plan is a validated commit.
+type plan struct {
+	fam    *Family
+	queue  string
+	part   int
+	stmts  []store.Statement
+	writes []write // sorted by key: the order X leases are taken in
+}
+
+func (p *plan) keys() []string {
+	out := make([]string, len(p.writes))
+	for i, w := range p.writes {
+		out[i] = w.key
+	}
+	return out
+}
+
+// plan validates a commit request; nil for a session that only read.
+func (s *Service) plan(req CommitRequest) (*plan, error) {
+	if req.Queue == "" {
+		if len(req.Statements)+len(req.Cache)+len(req.Affects) > 0 {
+			return nil, invalid("a session with statements, cache changes or affected keys must name its queue")
+		}
+		return nil, nil
+	}
+	f, err := s.checkQueue(req.Queue)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Statements) > MaxStatements {
+		return nil, invalid("a session holds at most %d statements", MaxStatements)
+	}
+	if len(req.Cache)+len(req.Affects) > MaxKeys {
+		return nil, invalid("a session changes at most %d cache keys", MaxKeys)
+	}
+	p := &plan{fam: f, queue: req.Queue, part: s.keys.Partition(req.Queue), stmts: req.Statements}
+	for i, st := range req.Statements {
+		if err := checkStatement(f, i, st); err != nil {
+			return nil, err
+		}
+	}
+	byKey := map[string]int{}
+	add := func(field, key string) (*write, error) {
+		if err := checkKey(key); err != nil {
+			return nil, invalid("%s: %v", field, err)
+		}
+		r, err := s.resolve(key)
+		if errors.Is(err, ErrNoMapping) {
+			return nil, invalid("%s: no mapping matches %q; a session changes mapped keys only", field, truncate(key))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.queue != req.Queue {
+			if r.queue == "" {
+				return nil, invalid("%s: the value of %q depends on no queue (its mapping names none), so no session can change it", field, truncate(key))
+			}
+			return nil, invalid("%s: %q belongs to queue %q (its mapping says so); a session of queue %q cannot change it", field, truncate(key), r.queue, req.Queue)
+		}
+		if i, ok := byKey[key]; ok {
+			return &p.writes[i], nil
+		}
+		byKey[key] = len(p.writes)
+		p.writes = append(p.writes, write{key: key, ttl: mappings.TTL(r.mapping), del: true})
+		return &p.writes[len(p.writes)-1], nil
+	}
+	changed := map[string]bool{}
+	for i, c := range req.Cache {
+		field := fmt.Sprintf("cache[%d]", i)
+		n := 0
+		if c.Patch != nil {
+			n++
+		}
+		if c.Set != nil {
+			n++
+		}
+		if c.Delete {
+			n++
+		}
+		if n != 1 {
+			return nil, invalid("%s: give exactly one of patch, set and delete", field)
+		}
+		if changed[c.Key] {
+			return nil, invalid("%s: %q is changed twice; merge its changes", field, truncate(c.Key))
+		}
+		changed[c.Key] = true
+		w, err := add(field, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case c.Patch != nil:
+			ch, err := change.ParsePatch(patchSchema, c.Patch)
+			if err != nil {
+				var ce *change.Error
+				if errors.As(err, &ce) {
+					return nil, invalid("%s.patch: %s", field, ce.Msg)
+				}
+				return nil, invalid("%s.patch: %v", field, err)
+			}
+			w.patch, w.del = &ch, false
+		case c.Set != nil:
+			v, err := compactJSON(c.Set)
+			if err != nil {
+				return nil, invalid("%s.set is not a JSON value", field)
+			}
+			w.set, w.del = v, false
+		}
+	}
+	for i, k := range req.Affects {
+		if _, err := add(fmt.Sprintf("affects[%d]", i), k); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(p.writes, func(i, j int) bool { return p.writes[i].key < p.writes[j].key })
+	return p, nil
+}
+
+// Commit commits a session: it validates the session's leases (S leases
+// in other partitions than the queue's become golden), then, in one script
+// on the queue's partition, takes X leases on the keys it changes, checks
+// its leases there, stores the session and its queue entry, points the
+// keys' mappings at it and applies the cache changes; then waits for the
+// replicas and releases the rest. A voided lease or a refused X lease
+// aborts the session (AbortedError, 409), after a few backoffs for the
+// latter; a bad request is an InvalidError (400) and leaves the session
+// open.
+func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
+	start := time.Now()
+	read, err := s.record(ctx, id)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	pl, err := s.plan(req)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	groups := s.byPartition(read)
+	fail := func(err error) (CommitResult, error) {
+		s.release(context.WithoutCancel(ctx), id, read)
+		var ae *AbortedError
+		if errors.As(err, &ae) {
+			reason := metrics.AbortConflict
+			if ae.Reason == ReasonVoided {
+				reason = metrics.AbortVoided
+			}
+			s.m.Aborts.WithLabelValues(reason).Inc()
+		}
+		return CommitResult{}, err
+	}
+	for _, p := range sortedParts(groups) {
+		if pl != nil && p == pl.part {
+			continue
+		}
+		keys := groups[p]
+		i, err := s.leases.Validate(ctx, s.leaseKeys(p, keys), id)
+		if err != nil {
+			return fail(fmt.Errorf("session: validate: %w", err))
+		}
+		if i >= 0 {
+			return fail(&AbortedError{Reason: ReasonVoided, Key: keys[i]})
+		}
+	}
+	if pl == nil {
+		s.release(ctx, id, read)
+		s.m.Commits.WithLabelValues("").Inc()
+		s.m.CommitDuration.Observe(time.Since(start).Seconds())
+		return CommitResult{Session: id}, nil
+	}
+	seq, err := s.commitQueue(ctx, id, pl, read, groups[pl.part])
+	if err != nil {
+		return fail(err)
+	}
+	s.release(ctx, id, read)
+	s.m.Commits.WithLabelValues(pl.fam.Name).Inc()
+	s.m.CommitDuration.Observe(time.Since(start).Seconds())
+	return CommitResult{Session: id, Queue: pl.queue, Seq: seq}, nil
+}
+
+func sortedParts(groups map[int][]string) []int {
+	out := make([]int, 0, len(groups))
+	for p := range groups {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// maxCASRetries bounds the reruns of a commit whose patched entries
+// changed between reading them and the script (a fill, or a concurrent
+// commit of a key the session did not read).
+const maxCASRetries = 16
+
+// commitQueue runs the commit script until it succeeds, is refused for
+// good, or the session's lease was voided.
+func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, read map[string]string, inPart []string) (int64, error) {
+	p := pl.part
+	changed := map[string]bool{}
+	for _, w := range pl.writes {
+		changed[w.key] = true
+	}
+	var readOnly []string
+	for _, k := range inPart {
+		if !changed[k] {
+			readOnly = append(readOnly, k)
+		}
+	}
+	obj, err := json.Marshal(Object{ID: id, Queue: pl.queue, At: time.Now().UnixMilli(), Statements: pl.stmts, Affects: pl.keys()})
+	if err != nil {
+		return 0, err
+	}
+	keys := []string{s.keys.Registry(p), s.keys.Queue(p, pl.queue), s.keys.Counter(p, pl.queue), s.keys.Object(p, id), s.keys.Stats(p)}
+	var entries []string // of the patched keys, read before each attempt
+	patched := false
+	for _, w := range pl.writes {
+		keys = append(keys, s.keys.Lease(p, w.key), s.keys.Entry(p, w.key), s.keys.Mapping(p, w.key))
+		entries = append(entries, s.keys.Entry(p, w.key))
+		patched = patched || w.patch != nil
+	}
+	for _, k := range readOnly {
+		keys = append(keys, s.keys.Lease(p, k), s.keys.Entry(p, k))
+	}
+	keyAt := func(i int64) string {
+		if int(i) <= len(pl.writes) {
+			return pl.writes[i-1].key
+		}
+		return readOnly[int(i)-len(pl.writes)-1]
+	}
+	deadline := time.Now().Add(s.cfg.LeaseLifetime / 2)
+	cas := 0
+	for attempt := 1; ; attempt++ {
+		cur := make([]any, len(pl.writes))
+		if patched {
+			if cur, err = s.rdb.MGet(ctx, entries...).Result(); err != nil && !errors.Is(err, redis.Nil) {
+				return 0, fmt.Errorf("session: commit: %w", err)
+			}
+		}
+		args := []any{id, pl.queue, string(obj), len(pl.writes), len(readOnly)}
+		for i, w := range pl.writes {
+			r := "0"
+			if _, ok := read[w.key]; ok {
+				r = "1"
+			}
+			expected, next := w.compute(cur[i])
+			args = append(args, r, expected, next, jitter(w.ttl).Milliseconds())
+		}
+		v, err := s.runWrite(ctx, commitScript, keys, args)
+		if err != nil {
+			return 0, fmt.Errorf("session: commit: %w", err)
+		}
+		code, _ := v[0].(int64)
+		switch {
+		case code > 0:
+			return code, nil
+		case code == -1:
+			i, _ := v[2].(int64)
+			return 0, &AbortedError{Reason: ReasonVoided, Key: keyAt(i)}
+		case code == -2:
+			conflict, _ := v[1].(string)
+			i, _ := v[2].(int64)
+			s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
+			if time.Now().After(deadline) {
+				return 0, &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: keyAt(i)}
+			}
+			if err := sleep(ctx, lease.Backoff(time.Millisecond, s.cfg.LeaseLifetime/8, attempt)); err != nil {
+				return 0, err
+			}
+		case code == -3:
+			if cas++; cas > maxCASRetries {
+				i, _ := v[1].(int64)
+				return 0, &AbortedError{Reason: ReasonConflict, Conflict: lease.ExclusiveOnX, Key: keyAt(i)}
+			}
+		default:
+			return 0, fmt.Errorf("session: commit: unknown answer %v", v)
+		}
+	}
+}
+
+// compute returns the entry a write expects ("*": any, "-": absent) and
+// the entry it leaves ("-": none), given the current entry (nil: absent).
+func (w *write) compute(cur any) (expected, next string) {
+	switch {
+	case w.set != nil:
+		return "*", string(w.set)
+	case w.patch == nil:
+		return "*", "-"
+	}
+	text, ok := cur.(string)
+	if !ok {
+		return "-", "-" // not cached: stays so; the next miss applies the queue
+	}
+	out, ok := patchEntry(text, *w.patch)
+	if !ok {
+		return text, "-" // the operators do not fit the cached value: drop it
+	}
+	return text, out
+}
+
+// patchEntry applies a patch to a cached JSON object, keeping its fields
+// in their order (new ones follow, sorted). It reports false when the
+// entry is not an object or the operators do not fit it.
+func patchEntry(text string, c change.Change) (string, bool) {
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	doc := change.Doc{}
+	var order []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", false
+		}
+		if _, dup := doc[k]; !dup {
+			order = append(order, k)
+		}
+		doc[k] = v
+	}
+	out, err := change.Apply(doc, c)
+	if err != nil {
+		return "", false
+	}
+	seen := map[string]bool{}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	emit := func(k string) {
+		v, ok := out[k]
+		if !ok || seen[k] {
+			return
+		}
+		seen[k] = true
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		var cv bytes.Buffer
+		if json.Compact(&cv, v) == nil {
+			b.Write(cv.Bytes())
+		} else {
+			b.Write(v)
+		}
+	}
+	for _, k := range order {
+		emit(k)
+	}
+	var added []string
+	for k := range out {
+		if !seen[k] {
+			added = append(added, k)
+		}
+	}
+	sort.Strings(added)
+	for _, k := range added {
+		emit(k)
+	}
+	b.WriteByte('}')
+	return b.String(), true
+}

@@ -1,0 +1,59 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/writeback/writeback/internal/lease"
+)
+
+// Errors the API maps to status codes.
+var (
+	// ErrUnknownSession: no such session, or it timed out, committed or
+	// aborted (404).
+	ErrUnknownSession = errors.New("session: unknown session")
+	// ErrNoMapping: no mapping matches the cache key (404).
+	ErrNoMapping = errors.New("session: no mapping matches the key")
+	// ErrNotFound: the mapping computes no value for the key (404).
+	ErrNotFound = errors.New("session: the key has no value")
+)
+
+// InvalidError is a client's mistake: 400 with this one-sentence message.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+func invalid(format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Reasons of an AbortedError.
+const (
+	ReasonVoided   = "voided"   // a lease of the session was voided by a writer or expired
+	ReasonConflict = "conflict" // a lease it asked for was refused
+)
+
+// AbortedError says the session must start over (409): its leases are
+// released.
+type AbortedError struct {
+	Reason   string
+	Conflict lease.Conflict // for ReasonConflict
+	Key      string
+}
+
+func (e *AbortedError) Error() string {
+	switch e.Reason {
+	case ReasonVoided:
+		return fmt.Sprintf("the session's lease on %q was voided by a concurrent writer or expired; the session is aborted, start it over", e.Key)
+	default:
+		return fmt.Sprintf("the lease on %q is held by a concurrent session (%s); the session is aborted, start it over with backoff", e.Key, e.Conflict)
+	}
+}
+
+// QueueStoppedError says a read needs sessions of a queue that a dead
+// letter stopped (503).
+type QueueStoppedError struct{ Queue string }
+
+func (e *QueueStoppedError) Error() string {
+	return fmt.Sprintf("queue %s is stopped by a session the store rejected; replay or drop it (writeback sessions deadletters)", e.Queue)
+}

@@ -1,0 +1,312 @@
+package session
+
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/lease"
+)
+
+// Every script but recordScript touches keys of one queue partition only
+// (see Keys); recordScript touches one session record. The scripts include
+// the lease library (lease.Lua), so that a lease is granted, checked or
+// voided in the same atomic step as the change it guards.
+
+// recordScript notes a key a session read, and the lease it took, in the
+// session's record, if the session exists; an X is never downgraded.
+//
+// KEYS: 1 record. ARGV: 1 field ("k:<key>"), 2 mode, 3 record TTL ms.
+// Returns 1 when the session exists.
+var recordScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= 'X' then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`)
+
+// readScript reads a cache entry, taking the session's lease first and,
+// on a miss, an I lease for the filler and the key's mapping — all in one
+// step, so that a fill computed from the store after applying the queue
+// through the mapped session can be installed exactly when no commit
+// changed the key in between (every such commit voids the I lease).
+//
+// KEYS: 1 lease record, 2 entry, 3 mapping. ARGV: 1 session ("" none),
+// 2 mode ("S", "X" or "" for none), 3 lifetime ms, 4 I token.
+// Returns {-1, conflict} when the lease is refused, {1, value} on a hit,
+// {0, mapped seq, filler 0/1} on a miss.
+var readScript = redis.NewScript(lease.Lua + `
+local now = lease_now()
+local sid, mode, life = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ls = lease_load(KEYS[1], KEYS[2], now)
+if mode ~= '' then
+  local ok, m, conflict, void = lease_decide(ls, sid, mode)
+  if not ok then
+    lease_keep(KEYS[1], KEYS[2], now)
+    return {-1, conflict}
+  end
+  lease_void(KEYS[1], void)
+  local mine = lease_held(ls, sid)
+  local exp = now + life
+  local golden = false
+  if mine and mine.mode == m then
+    exp = math.max(exp, mine.exp)
+    golden = mine.golden
+  end
+  lease_set(KEYS[1], sid, m, golden, exp)
+  -- a voided filler must not count below
+  for _, h in ipairs(void) do
+    for i, l in ipairs(ls) do
+      if l.holder == h then table.remove(ls, i) break end
+    end
+  end
+end
+local v = redis.call('GET', KEYS[2])
+if v then
+  lease_keep(KEYS[1], KEYS[2], now)
+  return {1, v}
+end
+local filler = 0
+local others = {}
+for _, l in ipairs(ls) do
+  if l.holder ~= sid then others[#others + 1] = l end
+end
+local tok = 'i:' .. ARGV[4]
+if lease_decide(others, tok, 'I') then
+  lease_set(KEYS[1], tok, 'I', false, now + life)
+  filler = 1
+end
+lease_keep(KEYS[1], KEYS[2], now)
+return {0, redis.call('GET', KEYS[3]) or '0', filler}
+`)
+
+// fillScript installs a value computed after a miss if the filler's I
+// lease survived, and gives the lease back either way.
+//
+// KEYS: 1 lease record, 2 entry. ARGV: 1 token, 2 value ("" to only give
+// the lease back), 3 TTL ms. Returns 1 when installed.
+var fillScript = redis.NewScript(lease.Lua + `
+local now = lease_now()
+local ls = lease_load(KEYS[1], KEYS[2], now)
+local tok = 'i:' .. ARGV[1]
+if not lease_held(ls, tok) then
+  lease_keep(KEYS[1], KEYS[2], now)
+  return 0
+end
+redis.call('HDEL', KEYS[1], tok)
+local done = 0
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  done = 1
+end
+lease_keep(KEYS[1], KEYS[2], now)
+return done
+`)
+
+// commitScript commits a session into its queue, atomically: it checks
+// the session's leases and takes its X leases (in key order, all or
+// nothing), then stores the session object, appends it to the queue,
+// indexes the queue as pending, points the mappings of the keys it changes
+// at it, applies its cache changes, voids the leases its X leases wound
+// (non-golden S, I) and releases its own.
+//
+// KEYS: 1 registry, 2 queue, 3 counter, 4 object, 5 stats; then per
+// written key (lease record, entry, mapping); then per key only read in
+// this partition (lease record, entry).
+// ARGV: 1 session, 2 queue name, 3 object, 4 written keys, 5 read keys;
+// then per written key: read by the session ("1"/"0"), expected entry ("*"
+// any, "-" absent, else the exact value: the patch was computed from it),
+// new entry ("-" delete), TTL ms.
+// Returns {seq}; {-1, "voided", i} when the session lost its lease on key
+// i (1-based over written then read keys); {-2, conflict, i} when an X
+// lease is refused; {-3, i} when entry i is not the expected one.
+var commitScript = redis.NewScript(lease.Lua + `
+local now = lease_now()
+local sid, queue = ARGV[1], ARGV[2]
+local nw, nr = tonumber(ARGV[4]), tonumber(ARGV[5])
+local voids = {}
+for i = 1, nw do
+  local k, a = 6 + 3 * (i - 1), 6 + 4 * (i - 1)
+  local ls = lease_load(KEYS[k], KEYS[k + 1], now)
+  if ARGV[a] == '1' and not lease_held(ls, sid) then return {-1, 'voided', i} end
+  local ok, _, conflict, void = lease_decide(ls, sid, 'X')
+  if not ok then return {-2, conflict, i} end
+  local want = ARGV[a + 1]
+  if want ~= '*' then
+    local cur = redis.call('GET', KEYS[k + 1]) or '-'
+    if cur ~= want then return {-3, i} end
+  end
+  voids[i] = void
+end
+for j = 1, nr do
+  local k = 6 + 3 * nw + 2 * (j - 1)
+  local ls = lease_load(KEYS[k], KEYS[k + 1], now)
+  if not lease_held(ls, sid) then return {-1, 'voided', nw + j} end
+end
+local seq = redis.call('INCR', KEYS[3])
+local entry = seq .. '|' .. now .. '|' .. sid
+redis.call('SET', KEYS[4], ARGV[3])
+redis.call('RPUSH', KEYS[2], entry)
+redis.call('ZADD', KEYS[1], 'NX', now, queue)
+redis.call('HINCRBY', KEYS[5], 'sessions', 1)
+redis.call('HINCRBY', KEYS[5], 'bytes', #ARGV[3] + #entry)
+for i = 1, nw do
+  local k, a = 6 + 3 * (i - 1), 6 + 4 * (i - 1)
+  lease_void(KEYS[k], voids[i])
+  redis.call('HDEL', KEYS[k], sid)
+  local new = ARGV[a + 2]
+  if new == '-' then
+    redis.call('DEL', KEYS[k + 1])
+  else
+    redis.call('SET', KEYS[k + 1], new, 'PX', ARGV[a + 3])
+  end
+  redis.call('SET', KEYS[k + 2], seq)
+  lease_keep(KEYS[k], KEYS[k + 1], now)
+end
+for j = 1, nr do
+  local k = 6 + 3 * nw + 2 * (j - 1)
+  redis.call('HDEL', KEYS[k], sid)
+  lease_keep(KEYS[k], KEYS[k + 1], now)
+end
+return {seq}
+`)
+
+// popScript removes applied sessions from the head of their queue, after
+// the store committed them: exactly the given entries, in order, stopping
+// at the first that is not the head (another applier popped it). Mappings
+// pointing at a popped session or an earlier one are removed: the store
+// holds those sessions now.
+//
+// KEYS: 1 registry, 2 queue, 3 stats, then one object per entry, then the
+// mappings of the keys the entries' sessions changed. ARGV: 1 queue name,
+// 2 n entries, then the entries, then the last entry's seq.
+// Returns how many it popped.
+var popScript = redis.NewScript(`
+local n = tonumber(ARGV[2])
+local popped, bytes = 0, 0
+for i = 1, n do
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if head ~= ARGV[2 + i] then break end
+  redis.call('LPOP', KEYS[2])
+  local obj = redis.call('GET', KEYS[3 + i])
+  if obj then bytes = bytes + #obj end
+  bytes = bytes + #head
+  redis.call('DEL', KEYS[3 + i])
+  popped = popped + 1
+end
+if popped > 0 then
+  redis.call('HINCRBY', KEYS[3], 'sessions', -popped)
+  redis.call('HINCRBY', KEYS[3], 'bytes', -bytes)
+end
+local last = tonumber(ARGV[3 + n])
+for k = 4 + n, #KEYS do
+  local v = redis.call('GET', KEYS[k])
+  if v and tonumber(v) <= last then redis.call('DEL', KEYS[k]) end
+end
+local head = redis.call('LINDEX', KEYS[2], 0)
+if not head then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  local p = string.find(head, '|', 1, true)
+  local q = string.find(head, '|', p + 1, true)
+  redis.call('ZADD', KEYS[1], 'XX', string.sub(head, p + 1, q - 1), ARGV[1])
+end
+return popped
+`)
+
+// deadScript stops a queue at a session the store rejected for good: it
+// records the dead letter (the queue's applier skips a stopped queue), and
+// drops the cache entries the session changed (voiding their fills), so
+// that reads do not show changes the store refused. Only if the session is
+// still the queue's head: else another applier applied it meanwhile.
+//
+// KEYS: 1 dead letters, 2 stats, 3 queue, then per changed key (lease
+// record, entry). ARGV: 1 queue name, 2 dead letter, 3 the session's entry.
+// Returns 1 when it stopped the queue.
+var deadScript = redis.NewScript(lease.Lua + `
+if redis.call('LINDEX', KEYS[3], 0) ~= ARGV[3] then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[2], 'dead', 1)
+end
+local now = lease_now()
+for i = 4, #KEYS, 2 do
+  local ls = lease_load(KEYS[i], KEYS[i + 1], now)
+  lease_void_inhibit(KEYS[i], ls)
+  redis.call('DEL', KEYS[i + 1])
+  lease_keep(KEYS[i], KEYS[i + 1], now)
+end
+return 1
+`)
+
+// replayScript restarts a stopped queue: its applier tries the dead
+// session again. KEYS: 1 dead letters, 2 stats. ARGV: 1 queue name.
+// Returns 1 when the queue was stopped.
+var replayScript = redis.NewScript(`
+local n = redis.call('HDEL', KEYS[1], ARGV[1])
+if n > 0 then redis.call('HINCRBY', KEYS[2], 'dead', -n) end
+return n
+`)
+
+// dropScript restarts a stopped queue without its dead session: the
+// session is removed as if applied, the mappings that point at it go, and
+// the entries it changed are dropped (they held its changes).
+//
+// KEYS: 1 dead letters, 2 stats, 3 registry, 4 queue, 5 object, then the
+// mappings of the keys it changed, then per changed key (lease record,
+// entry). ARGV: 1 queue name, 2 the session's entry, 3 its seq, 4 the
+// number of mappings. Returns 1 when dropped, 0 when the queue was not
+// stopped, -1 when its head had moved (the stop is lifted anyway).
+var dropScript = redis.NewScript(lease.Lua + `
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'dead', -1)
+local head = redis.call('LINDEX', KEYS[4], 0)
+if head ~= ARGV[2] then return -1 end
+redis.call('LPOP', KEYS[4])
+local bytes = #head
+local obj = redis.call('GET', KEYS[5])
+if obj then bytes = bytes + #obj end
+redis.call('DEL', KEYS[5])
+redis.call('HINCRBY', KEYS[2], 'sessions', -1)
+redis.call('HINCRBY', KEYS[2], 'bytes', -bytes)
+local nm = tonumber(ARGV[4])
+local seq = tonumber(ARGV[3])
+for k = 6, 5 + nm do
+  local v = redis.call('GET', KEYS[k])
+  if v and tonumber(v) <= seq then redis.call('DEL', KEYS[k]) end
+end
+local now = lease_now()
+for i = 6 + nm, #KEYS, 2 do
+  local ls = lease_load(KEYS[i], KEYS[i + 1], now)
+  lease_void_inhibit(KEYS[i], ls)
+  redis.call('DEL', KEYS[i + 1])
+  lease_keep(KEYS[i], KEYS[i + 1], now)
+end
+local nh = redis.call('LINDEX', KEYS[4], 0)
+if not nh then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+else
+  local p = string.find(nh, '|', 1, true)
+  local q = string.find(nh, '|', p + 1, true)
+  redis.call('ZADD', KEYS[3], 'XX', string.sub(nh, p + 1, q - 1), ARGV[1])
+end
+return 1
+`)
+
+// acquireScript takes or renews the ownership lease of a queue partition.
+// KEYS: 1 owner. ARGV: 1 instance id, 2 lifetime ms. Returns 1 if owned.
+var acquireScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseScript gives up ownership if still held. KEYS: 1 owner. ARGV: 1
+// instance id.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)

@@ -1,0 +1,501 @@
+// Package session serves Design 2: sessions that read mapped cache entries
+// under S leases and commit SQL DML, cache changes and the keys they affect
+// into a queue, atomically in Redis; the queues' pending sessions, read by
+// the appliers (package bgt) and by misses, which apply the queue through
+// the last session a missing entry depends on before loading it through
+// its mapping (package mappings). It composes Redis scripts, the lease
+// library and the mappings; it speaks no HTTP and runs no DML itself.
+package session
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/lease"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/sqlcheck"
+	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/mappings"
+)
+
+// Family is a configured family of queues: a commit names "<family>/<key>"
+// and its statements may change only Tables of Store.
+type Family struct {
+	Name      string
+	StoreName string
+	Store     store.SessionStore
+	Tables    []string
+}
+
+// PrefixApplier applies a queue's pending sessions up to and including seq
+// to the store (bgt.QueueApplier). A miss calls it before loading an entry
+// whose mapping names pending sessions.
+type PrefixApplier interface {
+	ApplyThrough(ctx context.Context, queue string, seq int64) error
+}
+
+// Config tunes the service.
+type Config struct {
+	Prefix         string
+	Partitions     int
+	LeaseLifetime  time.Duration // S, X and I leases
+	SessionTimeout time.Duration // a session not committed or aborted within it is forgotten
+	Replicas       int           // WAIT for this many replicas before acknowledging a commit
+	ReplicaTimeout time.Duration
+}
+
+// Service serves sessions.
+type Service struct {
+	rdb    redis.UniversalClient
+	keys   Keys
+	cfg    Config
+	fams   map[string]*Family
+	maps   *mappings.Set
+	leases *lease.Client
+	m      *metrics.Sessions
+	base   *metrics.Metrics
+	log    *slog.Logger
+
+	// Applier applies queue prefixes for misses; set before serving.
+	Applier PrefixApplier
+}
+
+// New returns the service.
+func New(rdb redis.UniversalClient, cfg Config, fams map[string]*Family, maps *mappings.Set, m *metrics.Sessions, base *metrics.Metrics, log *slog.Logger) *Service {
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 30 * time.Second
+	}
+	if cfg.ReplicaTimeout <= 0 {
+		cfg.ReplicaTimeout = 2 * time.Second
+	}
+	return &Service{rdb: rdb, keys: NewKeys(cfg.Prefix, cfg.Partitions), cfg: cfg, fams: fams, maps: maps,
+		leases: lease.NewClient(rdb), m: m, base: base, log: log}
+}
+
+// Keys is the service's Redis layout.
+func (s *Service) Keys() Keys { return s.keys }
+
+// Families returns the configured queue families by name.
+func (s *Service) Families() map[string]*Family { return s.fams }
+
+// newID returns a random session id: 32 hex digits.
+func newID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newToken returns an I-lease token: unique among one key's fillers.
+func newToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
+
+// validID says whether id can be a session id (it names a Redis key).
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// Begin starts a session and returns its id.
+func (s *Service) Begin(ctx context.Context) (string, error) {
+	id := newID()
+	pipe := s.rdb.Pipeline()
+	pipe.HSet(ctx, s.keys.Record(id), "_", time.Now().UnixMilli())
+	pipe.PExpire(ctx, s.keys.Record(id), s.cfg.SessionTimeout)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", fmt.Errorf("session: begin: %w", err)
+	}
+	s.m.Begun.Inc()
+	return id, nil
+}
+
+// ref is a cache key resolved through its mapping.
+type ref struct {
+	key     string
+	part    int
+	queue   string // "" when the value depends on no queue
+	mapping mappings.Mapping
+	params  mappings.Params
+}
+
+// checkKey refuses keys that cannot name a cache entry.
+func checkKey(key string) error {
+	if key == "" || len(key) > 512 {
+		return invalid("a cache key must be 1 to 512 bytes long")
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return invalid("cache key %q holds a control character or invalid UTF-8", truncate(key))
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+func (s *Service) resolve(key string) (ref, error) {
+	if err := checkKey(key); err != nil {
+		return ref{}, err
+	}
+	m, p, ok := s.maps.Match(key)
+	if !ok {
+		return ref{}, ErrNoMapping
+	}
+	r := ref{key: key, mapping: m, params: p, queue: m.Queue(p)}
+	if r.queue != "" {
+		r.part = s.keys.Partition(r.queue)
+	} else {
+		r.part = s.keys.Partition(key)
+	}
+	return r, nil
+}
+
+// readAttempts bounds the tries of a read whose lease is refused: a few
+// short backoffs ride out a commit in progress; longer conflicts abort.
+const readAttempts = 4
+
+// Read returns the value of a mapped cache key. In a session (id not
+// empty) it first takes an S lease on it (X with forUpdate), which the
+// commit validates; a refused lease aborts the session (AbortedError). On
+// a miss it applies the key's queue through the last pending session the
+// key depends on, loads the value through the mapping and installs it
+// under an I lease.
+func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (json.RawMessage, error) {
+	r, err := s.resolve(key)
+	if err != nil {
+		return nil, err
+	}
+	mode := ""
+	if id != "" {
+		if !validID(id) {
+			return nil, ErrUnknownSession
+		}
+		mode = string(lease.Shared)
+		if forUpdate {
+			mode = string(lease.Exclusive)
+		}
+		ok, err := recordScript.Run(ctx, s.rdb, []string{s.keys.Record(id)}, "k:"+key, mode, s.cfg.SessionTimeout.Milliseconds()).Int64()
+		if err != nil {
+			return nil, fmt.Errorf("session: read: %w", err)
+		}
+		if ok == 0 {
+			return nil, ErrUnknownSession
+		}
+	} else if forUpdate {
+		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
+	}
+	keys := []string{s.keys.Lease(r.part, key), s.keys.Entry(r.part, key), s.keys.Mapping(r.part, key)}
+	for attempt := 1; ; attempt++ {
+		tok := newToken()
+		v, err := readScript.Run(ctx, s.rdb, keys, id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("session: read: %w", err)
+		}
+		switch code, _ := v[0].(int64); code {
+		case -1:
+			conflict, _ := v[1].(string)
+			s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
+			if attempt < readAttempts {
+				if err := sleep(ctx, lease.Backoff(time.Millisecond, s.cfg.LeaseLifetime/8, attempt)); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			s.m.Reads.WithLabelValues("conflict").Inc()
+			if id != "" {
+				s.abortQuietly(id, metrics.AbortConflict)
+			}
+			return nil, &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: key}
+		case 1:
+			s.m.Reads.WithLabelValues("hit").Inc()
+			val, _ := v[1].(string)
+			return json.RawMessage(val), nil
+		default:
+			s.m.Reads.WithLabelValues("miss").Inc()
+			seqText, _ := v[1].(string)
+			mapped, _ := strconv.ParseInt(seqText, 10, 64)
+			filler, _ := v[2].(int64)
+			return s.miss(ctx, r, mapped, filler == 1, tok)
+		}
+	}
+}
+
+// miss computes a missing entry: the queue through the mapped session is
+// applied first, so that the store holds every acknowledged session the
+// value depends on; sessions committed since the miss voided the I lease
+// if they change the key, so a value older than them is never installed.
+func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, tok string) (json.RawMessage, error) {
+	lk := []string{s.keys.Lease(r.part, r.key), s.keys.Entry(r.part, r.key)}
+	giveBack := func() {
+		if filler {
+			_ = fillScript.Run(context.WithoutCancel(ctx), s.rdb, lk, tok, "", 0).Err()
+		}
+	}
+	if mapped > 0 {
+		if s.Applier == nil {
+			giveBack()
+			return nil, fmt.Errorf("session: %s has pending sessions and no applier runs here", r.key)
+		}
+		if err := s.Applier.ApplyThrough(ctx, r.queue, mapped); err != nil {
+			giveBack()
+			return nil, err
+		}
+	}
+	val, err := r.mapping.Load(ctx, r.params)
+	if err != nil {
+		giveBack()
+		return nil, fmt.Errorf("session: loading %q through its mapping: %w", truncate(r.key), err)
+	}
+	if val != nil {
+		val, err = compactJSON(val)
+		if err != nil {
+			giveBack()
+			return nil, fmt.Errorf("session: the mapping of %q returned invalid JSON: %w", truncate(r.key), err)
+		}
+	}
+	if filler {
+		text := ""
+		if val != nil {
+			text = string(val)
+		}
+		if err := fillScript.Run(ctx, s.rdb, lk, tok, text, jitter(mappings.TTL(r.mapping)).Milliseconds()).Err(); err != nil {
+			return nil, fmt.Errorf("session: fill: %w", err)
+		}
+	}
+	if val == nil {
+		return nil, ErrNotFound
+	}
+	return val, nil
+}
+
+func compactJSON(v json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b.Bytes()), nil
+}
+
+// jitter spreads entries' expiry ±10 %.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// record returns the keys a session read and the lease mode of each.
+func (s *Service) record(ctx context.Context, id string) (map[string]string, error) {
+	if !validID(id) {
+		return nil, ErrUnknownSession
+	}
+	h, err := s.rdb.HGetAll(ctx, s.keys.Record(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	if len(h) == 0 {
+		return nil, ErrUnknownSession
+	}
+	out := map[string]string{}
+	for f, mode := range h {
+		if k, ok := strings.CutPrefix(f, "k:"); ok {
+			out[k] = mode
+		}
+	}
+	return out, nil
+}
+
+// byPartition groups the session's read keys by partition, each group
+// sorted. Keys whose mapping is gone (a configuration change) keep the
+// partition of their own name: their leases, if any, are there.
+func (s *Service) byPartition(read map[string]string) map[int][]string {
+	out := map[int][]string{}
+	for k := range read {
+		p := s.keys.Partition(k)
+		if r, err := s.resolve(k); err == nil {
+			p = r.part
+		}
+		out[p] = append(out[p], k)
+	}
+	for p := range out {
+		sort.Strings(out[p])
+	}
+	return out
+}
+
+func (s *Service) leaseKeys(p int, keys []string) []lease.Key {
+	out := make([]lease.Key, len(keys))
+	for i, k := range keys {
+		out[i] = s.keys.LeaseKey(p, k)
+	}
+	return out
+}
+
+// Validate makes the session's S leases golden if it still holds every
+// lease it took: from then on no writer can void them, until the session
+// commits, aborts or its leases expire. A session whose lease was voided
+// is aborted (AbortedError).
+func (s *Service) Validate(ctx context.Context, id string) error {
+	read, err := s.record(ctx, id)
+	if err != nil {
+		return err
+	}
+	for p, keys := range s.byPartition(read) {
+		i, err := s.leases.Validate(ctx, s.leaseKeys(p, keys), id)
+		if err != nil {
+			return fmt.Errorf("session: validate: %w", err)
+		}
+		if i >= 0 {
+			s.release(ctx, id, read)
+			s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
+			return &AbortedError{Reason: ReasonVoided, Key: keys[i]}
+		}
+	}
+	return nil
+}
+
+// Abort releases the session's leases and forgets it.
+func (s *Service) Abort(ctx context.Context, id string) error {
+	read, err := s.record(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.release(ctx, id, read)
+	s.m.Aborts.WithLabelValues(metrics.AbortClient).Inc()
+	return nil
+}
+
+// abortQuietly releases a session's leases after a failure, on a context of
+// its own (the request's may be done).
+func (s *Service) abortQuietly(id, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if read, err := s.record(ctx, id); err == nil {
+		s.release(ctx, id, read)
+	}
+	s.m.Aborts.WithLabelValues(reason).Inc()
+}
+
+// release gives up every lease of the session and deletes its record.
+// Failures are logged: the leases expire anyway.
+func (s *Service) release(ctx context.Context, id string, read map[string]string) {
+	for p, keys := range s.byPartition(read) {
+		if err := s.leases.Release(ctx, s.leaseKeys(p, keys), id); err != nil {
+			s.log.Debug("releasing a session's leases", "err", err)
+		}
+	}
+	if err := s.rdb.Del(ctx, s.keys.Record(id)).Err(); err != nil {
+		s.log.Debug("deleting a session record", "err", err)
+	}
+}
+
+// runWrite runs a script that changes pinned state and, when replicas are
+// required and the script succeeded (its first reply is positive), waits
+// for them on the same connection (see buffer.Buffer's runWrite).
+func (s *Service) runWrite(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]any, error) {
+	if s.cfg.Replicas <= 0 {
+		return sc.Run(ctx, s.rdb, keys, args...).Slice()
+	}
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		node = c
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := node.Pipeline()
+		ev := sc.EvalSha(ctx, pipe, keys, args...)
+		wait := pipe.Do(ctx, "WAIT", s.cfg.Replicas, s.cfg.ReplicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		v, err := ev.Slice()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && attempt == 0 {
+			if err := sc.Load(ctx, node).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(v) > 0 {
+			if code, _ := v[0].(int64); code > 0 {
+				n, err := wait.Int64()
+				if err != nil {
+					return nil, fmt.Errorf("session: waiting for replicas: %w", err)
+				}
+				if int(n) < s.cfg.Replicas {
+					return nil, &buffer.ReplicationError{Got: int(n), Want: s.cfg.Replicas}
+				}
+			}
+		}
+		return v, nil
+	}
+}
+
+// checkQueue validates a queue name and returns its family.
+func (s *Service) checkQueue(q string) (*Family, error) {
+	family, key, ok := strings.Cut(q, "/")
+	if !ok || key == "" {
+		return nil, invalid("queue %q must be <family>/<key>, e.g. \"bank/3\"", truncate(q))
+	}
+	f := s.fams[family]
+	if f == nil {
+		names := make([]string, 0, len(s.fams))
+		for n := range s.fams {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, invalid("queue family %q is not configured; use one of: %s", truncate(family), strings.Join(names, ", "))
+	}
+	if len(q) > 200 {
+		return nil, invalid("queue %q is longer than 200 bytes", truncate(q))
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || r == '{' || r == '}' || r == 0xfffd {
+			return nil, invalid("queue %q holds braces, a control character or invalid UTF-8", truncate(q))
+		}
+	}
+	return f, nil
+}
+
+// checkStatement validates one statement against a family.
+func checkStatement(f *Family, i int, st store.Statement) error {
+	if _, err := sqlcheck.CheckDML(sqlcheck.Dialect(f.Store.Dialect()), st.SQL, f.Tables, len(st.Args)); err != nil {
+		return invalid("statements[%d]: %v", i, err)
+	}
+	for j, a := range st.Args {
+		if !json.Valid(a) {
+			return invalid("statements[%d].args[%d] is not a JSON value", i, j)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+var _ SessionStore = (*myStore)(nil)
+
+// myAppliedSessionsDDL: VARBINARY compares ids bytewise.
+const myAppliedSessionsDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedSessionsTable + ` (
+	id VARBINARY(64) NOT NULL PRIMARY KEY,
+	queue VARBINARY(255) NOT NULL,
+	seq BIGINT NOT NULL,
+	applied_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+
+// Dialect is "mysql": statements use ? placeholders.
+func (s *myStore) Dialect() string { return "mysql" }
+
+// PrepareSessions creates writeback_applied_sessions if it is missing.
+func (s *myStore) PrepareSessions(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, myAppliedSessionsDDL)
+	return wrapErr("mysql: create "+AppliedSessionsTable, err, myPermanent)
+}
+
+// ApplySessions applies sessions exactly once in one transaction, a round
+// trip per statement (the driver does not pipeline): START TRANSACTION;
+// SELECT the ids already applied; INSERT the others (a racing applier of
+// the same sessions waits here); their statements in order; COMMIT. A
+// deadlock reruns the whole transaction.
+func (s *myStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool, error) {
+	if err := checkSessions(sessions); err != nil {
+		return nil, err
+	}
+	if len(sessions) == 0 {
+		return nil, nil
+	}
+	return retryTx(myRetryable, func() ([]bool, error) { return s.applySessionsOnce(ctx, sessions) })
+}
+
+func (s *myStore) applySessionsOnce(ctx context.Context, sessions []Session) ([]bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, wrapErr("apply sessions: begin", err, myPermanent)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	sel := newQuery(myDialect{}).add("SELECT id FROM ", AppliedSessionsTable, " WHERE id IN (")
+	for i, ss := range sessions {
+		if i > 0 {
+			sel.add(", ")
+		}
+		sel.add(sel.arg(ss.ID))
+	}
+	sel.add(")")
+	rows, err := tx.QueryContext(ctx, sel.String(), sel.args...)
+	if err != nil {
+		return nil, wrapErr("apply sessions: read applied records", err, myPermanent)
+	}
+	done := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, wrapErr("apply sessions: read applied records", err, myPermanent)
+		}
+		done[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("apply sessions: read applied records", err, myPermanent)
+	}
+	applied := make([]bool, len(sessions))
+	ins := newQuery(myDialect{}).add("INSERT INTO ", AppliedSessionsTable, " (id, queue, seq) VALUES ")
+	n := 0
+	for i, ss := range sessions {
+		if done[ss.ID] {
+			continue
+		}
+		applied[i] = true
+		if n > 0 {
+			ins.add(", ")
+		}
+		ins.add("(", ins.arg(ss.ID), ", ", ins.arg(ss.Queue), ", ", ins.arg(ss.Seq), ")")
+		n++
+	}
+	if n == 0 {
+		return applied, nil
+	}
+	if _, err := tx.ExecContext(ctx, ins.String(), ins.args...); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1062 {
+			return nil, &Error{Err: errConcurrentApply}
+		}
+		return nil, wrapErr("apply sessions: record applied sessions", err, myPermanent)
+	}
+	for i, ss := range sessions {
+		if !applied[i] {
+			continue
+		}
+		for j, st := range ss.Statements {
+			args, err := statementArgs("mysql", st)
+			if err != nil {
+				return nil, sessionStmtError(sessions, i, j, err, func(error) bool { return true })
+			}
+			if _, err := tx.ExecContext(ctx, st.SQL, args...); err != nil {
+				var me *mysql.MySQLError
+				if myRetryable(err) || !errors.As(err, &me) {
+					return nil, wrapErr("apply sessions", err, myPermanent)
+				}
+				return nil, sessionStmtError(sessions, i, j, err, myPermanent)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, wrapErr("apply sessions: commit", err, myPermanent)
+	}
+	return applied, nil
+}
+
+// myJSONKind maps a column's database type name to how its text becomes
+// JSON. MariaDB reports JSON columns as LONGTEXT: their values read as
+// strings.
+func myJSONKind(typ string) jsonKind {
+	typ = strings.TrimPrefix(strings.ToUpper(typ), "UNSIGNED ")
+	switch typ {
+	case "TINYINT", "SMALLINT", "MEDIUMINT", "INT", "INTEGER", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE", "YEAR":
+		return jsonNumber
+	case "JSON":
+		return jsonRaw
+	}
+	return jsonString
+}
+
+// QueryJSON runs query and converts each row to a JSON object by column
+// type.
+func (s *myStore) QueryJSON(ctx context.Context, query string, args ...any) ([]json.RawMessage, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, wrapErr("query", err, myPermanent)
+	}
+	defer rows.Close()
+	cts, err := rows.ColumnTypes()
+	if err != nil {
+		return nil, wrapErr("query", err, myPermanent)
+	}
+	cols := make([]string, len(cts))
+	kinds := make([]jsonKind, len(cts))
+	for i, ct := range cts {
+		cols[i], kinds[i] = ct.Name(), myJSONKind(ct.DatabaseTypeName())
+	}
+	var out []json.RawMessage
+	raw := make([]sql.RawBytes, len(cts))
+	dest := make([]any, len(cts))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, wrapErr("query", err, myPermanent)
+		}
+		vals := make([]json.RawMessage, len(raw))
+		for i, r := range raw {
+			vals[i] = columnJSON(kinds[i], r, r != nil)
+		}
+		out = append(out, rowObject(cols, vals))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("query", err, myPermanent)
+	}
+	return out, nil
+}
+
+// ListAppliedSessions pages through the applied records after afterID.
+func (s *myStore) ListAppliedSessions(ctx context.Context, afterID string, limit int) ([]AppliedSession, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT id, queue, seq FROM "+AppliedSessionsTable+" WHERE id > ? ORDER BY id LIMIT ?", afterID, limit)
+	if err != nil {
+		return nil, wrapErr("list applied sessions", err, myPermanent)
+	}
+	defer rows.Close()
+	var out []AppliedSession
+	for rows.Next() {
+		var a AppliedSession
+		if err := rows.Scan(&a.ID, &a.Queue, &a.Seq); err != nil {
+			return nil, wrapErr("list applied sessions", err, myPermanent)
+		}
+		out = append(out, a)
+	}
+	return out, wrapErr("list applied sessions", rows.Err(), myPermanent)
+}
+
+// CompactAppliedSessions deletes the records of ids.
+func (s *myStore) CompactAppliedSessions(ctx context.Context, ids []string) (int, error) {
+	deleted := 0
+	for len(ids) > 0 {
+		chunk := ids[:min(sessionCompactChunk, len(ids))]
+		ids = ids[len(chunk):]
+		q := newQuery(myDialect{}).add("DELETE FROM ", AppliedSessionsTable, " WHERE id IN (")
+		for i, id := range chunk {
+			if i > 0 {
+				q.add(", ")
+			}
+			q.add(q.arg(id))
+		}
+		q.add(")")
+		res, err := s.db.ExecContext(ctx, q.String(), q.args...)
+		if err != nil {
+			return deleted, wrapErr("compact applied sessions", err, myPermanent)
+		}
+		n, _ := res.RowsAffected()
+		deleted += int(n)
+	}
+	return deleted, nil
+}
+
+// CountAppliedSessions returns the number of applied records.
+func (s *myStore) CountAppliedSessions(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM "+AppliedSessionsTable).Scan(&n); err != nil {
+		return 0, wrapErr("count applied sessions", err, myPermanent)
+	}
+	return n, nil
+}

@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var _ SessionStore = (*pgStore)(nil)
+
+// pgAppliedSessionsDDL: COLLATE "C" keeps the id order bytewise, the page
+// order of ListAppliedSessions.
+const pgAppliedSessionsDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedSessionsTable + ` (
+	id varchar(64) COLLATE "C" PRIMARY KEY,
+	queue varchar(255) COLLATE "C" NOT NULL,
+	seq bigint NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now())`
+
+// Dialect is "postgres": statements use $1, $2 … placeholders.
+func (s *pgStore) Dialect() string { return "postgres" }
+
+// PrepareSessions creates writeback_applied_sessions if it is missing,
+// under the same advisory lock as the applied documents' table.
+func (s *pgStore) PrepareSessions(ctx context.Context) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", AppliedSessionsTable).Scan(&exists); err != nil {
+		return wrapErr("postgres: look for "+AppliedSessionsTable, err, pgPermanent)
+	}
+	if exists {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgCreateLock)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, pgAppliedSessionsDDL)
+		return err
+	})
+	return wrapErr("postgres: create "+AppliedSessionsTable, err, pgPermanent)
+}
+
+// ApplySessions applies sessions exactly once in one transaction and two
+// round trips:
+//
+//	batch 1: BEGIN; SELECT the ids already applied
+//	batch 2: INSERT the other ids; their statements in order; COMMIT
+//
+// The insert comes first in batch 2, so a racing applier of the same
+// sessions waits on it before running any statement. A deadlock or
+// serialization failure reruns the whole transaction.
+func (s *pgStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool, error) {
+	if err := checkSessions(sessions); err != nil {
+		return nil, err
+	}
+	if len(sessions) == 0 {
+		return nil, nil
+	}
+	return retryTx(pgRetryable, func() ([]bool, error) { return s.applySessionsOnce(ctx, sessions) })
+}
+
+func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session) (_ []bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, wrapErr("apply sessions", err, pgPermanent)
+	}
+	defer conn.Release()
+	defer func() {
+		if err != nil {
+			pgRollback(conn.Conn())
+		}
+	}()
+	ids := make([]string, len(sessions))
+	for i, ss := range sessions {
+		ids[i] = ss.ID
+	}
+	done, err := pgAppliedIDs(ctx, conn.Conn(), ids)
+	if err != nil {
+		return nil, wrapErr("apply sessions: read applied records", err, pgPermanent)
+	}
+	applied := make([]bool, len(sessions))
+	var newIDs, queues []string
+	var seqs []int64
+	type stmtRef struct{ session, stmt int }
+	var refs []stmtRef
+	batch := &pgx.Batch{}
+	for i, ss := range sessions {
+		if done[ss.ID] {
+			continue
+		}
+		applied[i] = true
+		newIDs, queues, seqs = append(newIDs, ss.ID), append(queues, ss.Queue), append(seqs, ss.Seq)
+	}
+	if len(newIDs) == 0 {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		return applied, nil
+	}
+	batch.Queue(`INSERT INTO `+AppliedSessionsTable+` (id, queue, seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
+	for i, ss := range sessions {
+		if !applied[i] {
+			continue
+		}
+		for j, st := range ss.Statements {
+			args, err := statementArgs("postgres", st)
+			if err != nil {
+				return nil, sessionStmtError(sessions, i, j, err, func(error) bool { return true })
+			}
+			batch.Queue(st.SQL, args...)
+			refs = append(refs, stmtRef{i, j})
+		}
+	}
+	batch.Queue("COMMIT")
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			return nil, &Error{Err: errConcurrentApply}
+		}
+		return nil, wrapErr("apply sessions: record applied sessions", err, pgPermanent)
+	}
+	for _, r := range refs {
+		if _, err := br.Exec(); err != nil {
+			if pgRetryable(err) || !isPgServerError(err) {
+				return nil, wrapErr("apply sessions", err, pgPermanent)
+			}
+			return nil, sessionStmtError(sessions, r.session, r.stmt, err, pgPermanent)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, wrapErr("apply sessions: commit", err, pgPermanent)
+	}
+	if tag.String() != "COMMIT" {
+		return nil, &Error{Err: errors.New("store: apply sessions: the transaction was rolled back at commit")}
+	}
+	if err := br.Close(); err != nil {
+		return nil, wrapErr("apply sessions: commit", err, pgPermanent)
+	}
+	return applied, nil
+}
+
+// isPgServerError reports whether err is the server's answer to a
+// statement (not a broken connection or a cancelled context).
+func isPgServerError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}
+
+// pgAppliedIDs begins the transaction and returns which of ids are
+// applied.
+func pgAppliedIDs(ctx context.Context, conn *pgx.Conn, ids []string) (map[string]bool, error) {
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	batch.Queue("SELECT id FROM "+AppliedSessionsTable+" WHERE id = ANY($1::text[])", ids)
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	done := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		done[id] = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return done, br.Close()
+}
+
+// pgJSONKind maps a column's type OID to how its text becomes JSON.
+func pgJSONKind(oid uint32) jsonKind {
+	switch oid {
+	case 20, 21, 23, 26, 700, 701, 1700: // int8 int2 int4 oid float4 float8 numeric
+		return jsonNumber
+	case 16:
+		return jsonBool
+	case 114, 3802: // json jsonb
+		return jsonRaw
+	}
+	return jsonString
+}
+
+// QueryJSON runs query with the results in text format, so that every
+// value reads as PostgreSQL prints it, and converts each row to a JSON
+// object by column type.
+func (s *pgStore) QueryJSON(ctx context.Context, query string, args ...any) ([]json.RawMessage, error) {
+	rows, err := s.pool.Query(ctx, query, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
+	if err != nil {
+		return nil, wrapErr("query", err, pgPermanent)
+	}
+	defer rows.Close()
+	fds := rows.FieldDescriptions()
+	cols := make([]string, len(fds))
+	kinds := make([]jsonKind, len(fds))
+	for i, fd := range fds {
+		cols[i], kinds[i] = fd.Name, pgJSONKind(fd.DataTypeOID)
+	}
+	var out []json.RawMessage
+	for rows.Next() {
+		raw := rows.RawValues()
+		vals := make([]json.RawMessage, len(raw))
+		for i, r := range raw {
+			vals[i] = columnJSON(kinds[i], r, r != nil)
+		}
+		out = append(out, rowObject(cols, vals))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("query", err, pgPermanent)
+	}
+	return out, nil
+}
+
+// ListAppliedSessions pages through the applied records after afterID.
+func (s *pgStore) ListAppliedSessions(ctx context.Context, afterID string, limit int) ([]AppliedSession, error) {
+	rows, err := s.pool.Query(ctx, "SELECT id, queue, seq FROM "+AppliedSessionsTable+" WHERE id > $1 ORDER BY id LIMIT $2", afterID, limit)
+	if err != nil {
+		return nil, wrapErr("list applied sessions", err, pgPermanent)
+	}
+	var out []AppliedSession
+	var a AppliedSession
+	if _, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Queue, &a.Seq}, func() error {
+		out = append(out, a)
+		return nil
+	}); err != nil {
+		return nil, wrapErr("list applied sessions", err, pgPermanent)
+	}
+	return out, nil
+}
+
+// CompactAppliedSessions deletes the records of ids.
+func (s *pgStore) CompactAppliedSessions(ctx context.Context, ids []string) (int, error) {
+	deleted := 0
+	for len(ids) > 0 {
+		chunk := ids[:min(sessionCompactChunk, len(ids))]
+		ids = ids[len(chunk):]
+		tag, err := s.pool.Exec(ctx, "DELETE FROM "+AppliedSessionsTable+" WHERE id = ANY($1::text[])", chunk)
+		if err != nil {
+			return deleted, wrapErr("compact applied sessions", err, pgPermanent)
+		}
+		deleted += int(tag.RowsAffected())
+	}
+	return deleted, nil
+}
+
+// CountAppliedSessions returns the number of applied records.
+func (s *pgStore) CountAppliedSessions(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+AppliedSessionsTable).Scan(&n); err != nil {
+		return 0, wrapErr("count applied sessions", err, pgPermanent)
+	}
+	return n, nil
+}

@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/writeback/writeback/internal/testenv"
+)
+
+// ph returns the i-th (1-based) placeholder of the harness's dialect.
+func (h *harness) ph(i int) string {
+	if h.driver == "postgres" {
+		return fmt.Sprintf("$%d", i)
+	}
+	return "?"
+}
+
+func sessionStore(t *testing.T, h *harness) SessionStore {
+	t.Helper()
+	ss, ok := Sessions(h.s)
+	require.True(t, ok, "%T has no SessionStore", h.s)
+	require.NoError(t, ss.PrepareSessions(t.Context()))
+	require.NoError(t, ss.PrepareSessions(t.Context()), "PrepareSessions must be idempotent")
+	return ss
+}
+
+func args(vs ...string) []json.RawMessage {
+	out := make([]json.RawMessage, len(vs))
+	for i, v := range vs {
+		out[i] = json.RawMessage(v)
+	}
+	return out
+}
+
+func newSessionID(t *testing.T) string {
+	return strings.ReplaceAll(testenv.UniqueName(t, "s"), "_", "")
+}
+
+func (h *harness) balances(t *testing.T, table string) map[int64]string {
+	t.Helper()
+	ss, _ := Sessions(h.s)
+	rows, err := ss.QueryJSON(t.Context(), "SELECT id, bal FROM "+table+" ORDER BY id")
+	require.NoError(t, err)
+	out := map[int64]string{}
+	for _, r := range rows {
+		var v struct {
+			ID  int64           `json:"id"`
+			Bal json.RawMessage `json:"bal"`
+		}
+		require.NoError(t, json.Unmarshal(r, &v))
+		out[v.ID] = string(v.Bal)
+	}
+	return out
+}
+
+var accountDDL = map[string]string{
+	"postgres": "CREATE TABLE %s (id bigint PRIMARY KEY, bal numeric(12,2) NOT NULL CHECK (bal >= 0))",
+	"mysql":    "CREATE TABLE %s (id bigint PRIMARY KEY, bal decimal(12,2) NOT NULL CHECK (bal >= 0))",
+}
+
+func TestApplySessionsExactlyOnceInOrder(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		tbl := h.table(t, accountDDL)
+		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 100), (2, 0)")
+		upd := "UPDATE " + tbl + " SET bal = bal + " + h.ph(1) + " WHERE id = " + h.ph(2)
+		set := "UPDATE " + tbl + " SET bal = " + h.ph(1) + " WHERE id = " + h.ph(2)
+		s1 := Session{ID: newSessionID(t), Queue: "bank/1", Seq: 1, Statements: []Statement{
+			{SQL: upd, Args: args("-10.25", "1")}, {SQL: upd, Args: args("10.25", `"2"`)},
+		}}
+		// Not commutative with s1: applied out of order, 2 would end at 10.25.
+		s2 := Session{ID: newSessionID(t), Queue: "bank/1", Seq: 2, Statements: []Statement{{SQL: set, Args: args("7", "2")}}}
+		applied, err := ss.ApplySessions(t.Context(), []Session{s1, s2})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, true}, applied)
+		require.Equal(t, map[int64]string{1: "89.75", 2: "7.00"}, h.balances(t, tbl))
+
+		// A replay (the applier died before popping) skips both.
+		s3 := Session{ID: newSessionID(t), Queue: "bank/1", Seq: 3, Statements: []Statement{{SQL: upd, Args: args("1", "1")}}}
+		applied, err = ss.ApplySessions(t.Context(), []Session{s1, s2, s3})
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, false, true}, applied)
+		require.Equal(t, map[int64]string{1: "90.75", 2: "7.00"}, h.balances(t, tbl))
+
+		ids := []string{s1.ID, s2.ID, s3.ID}
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), ids) })
+		n, err := ss.CompactAppliedSessions(t.Context(), ids[:2])
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+	})
+}
+
+func TestApplySessionsRejectionNamesTheSession(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		tbl := h.table(t, accountDDL)
+		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 5)")
+		upd := "UPDATE " + tbl + " SET bal = bal + " + h.ph(1) + " WHERE id = " + h.ph(2)
+		good := Session{ID: newSessionID(t), Queue: "q/1", Seq: 1, Statements: []Statement{{SQL: upd, Args: args("1", "1")}}}
+		bad := Session{ID: newSessionID(t), Queue: "q/1", Seq: 2, Statements: []Statement{
+			{SQL: upd, Args: args("1", "1")}, {SQL: upd, Args: args("-100", "1")}, // violates the check
+		}}
+		_, err := ss.ApplySessions(t.Context(), []Session{good, bad})
+		require.Error(t, err)
+		require.True(t, IsPermanent(err), "a check violation is permanent: %v", err)
+		i, ok := FailedSession(err)
+		require.True(t, ok, "the error names no session: %v", err)
+		require.Equal(t, 1, i)
+		var se *SessionError
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, 1, se.Statement)
+		// Nothing was committed, not even the good session.
+		require.Equal(t, map[int64]string{1: "5.00"}, h.balances(t, tbl))
+		applied, err := ss.ApplySessions(t.Context(), []Session{good})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{good.ID}) })
+	})
+}
+
+// Many appliers racing over the same sessions apply each exactly once.
+func TestApplySessionsConcurrent(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		tbl := h.table(t, accountDDL)
+		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 0)")
+		upd := "UPDATE " + tbl + " SET bal = bal + " + h.ph(1) + " WHERE id = " + h.ph(2)
+		var sessions []Session
+		for i := range 20 {
+			sessions = append(sessions, Session{ID: newSessionID(t), Queue: "q/1", Seq: int64(i + 1), Statements: []Statement{{SQL: upd, Args: args("1", "1")}}})
+		}
+		t.Cleanup(func() {
+			var ids []string
+			for _, s := range sessions {
+				ids = append(ids, s.ID)
+			}
+			_, _ = ss.CompactAppliedSessions(context.Background(), ids)
+		})
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Each applier takes growing prefixes, as appliers and
+				// missing readers do.
+				for end := 1 + w; end <= len(sessions); end += 3 {
+					for {
+						_, err := ss.ApplySessions(context.Background(), sessions[:end])
+						if err == nil {
+							break
+						}
+						if IsPermanent(err) {
+							t.Error(err)
+							return
+						}
+					}
+				}
+				for {
+					if _, err := ss.ApplySessions(context.Background(), sessions); err == nil || IsPermanent(err) {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, map[int64]string{1: "20.00"}, h.balances(t, tbl))
+	})
+}
+
+func TestQueryJSON(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		tbl := h.table(t, map[string]string{
+			"postgres": "CREATE TABLE %s (id bigint PRIMARY KEY, name text, bal numeric(10,2), f float8, ok boolean, j jsonb)",
+			"mysql":    "CREATE TABLE %s (id bigint PRIMARY KEY, name varchar(20), bal decimal(10,2), f double, ok boolean, j json)",
+		})
+		h.exec(t, "INSERT INTO "+tbl+` (id, name, bal, f, ok, j) VALUES (7, 'a"b', 1.50, 0.25, true, '{"x": [1]}'), (8, NULL, NULL, NULL, NULL, NULL)`)
+		rows, err := ss.QueryJSON(t.Context(), "SELECT id, name, bal, f, ok, j FROM "+tbl+" WHERE id >= "+h.ph(1)+" ORDER BY id", "7")
+		require.NoError(t, err)
+		require.Len(t, rows, 2)
+		j := `{"x": [1]}`
+		if h.driver == "mysql" {
+			j = `"{\"x\": [1]}"` // MariaDB's JSON is LONGTEXT: a string
+		}
+		okv := "true"
+		if h.driver == "mysql" {
+			okv = "1" // MySQL's boolean is tinyint(1)
+		}
+		require.Equal(t, `{"id":7,"name":"a\"b","bal":1.50,"f":0.25,"ok":`+okv+`,"j":`+j+`}`, string(rows[0]))
+		require.Equal(t, `{"id":8,"name":null,"bal":null,"f":null,"ok":null,"j":null}`, string(rows[1]))
+		n, err := ss.CountAppliedSessions(t.Context())
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, n, int64(0))
+	})
+}

@@ -1,0 +1,103 @@
+package mappings
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Pattern is a key (or queue) pattern with named placeholders:
+// "account:{branch}:{id}". A placeholder matches one or more characters
+// other than ':' and '/', the separators of keys and queues; the literal
+// text around placeholders matches itself.
+type Pattern struct {
+	text  string
+	re    *regexp.Regexp
+	names []string // in order of appearance
+	parts []string // literal text, around the placeholders: len(names)+1
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ParsePattern parses a pattern. Placeholder names are identifiers and
+// appear once each; braces appear only around them.
+func ParsePattern(text string) (*Pattern, error) {
+	if text == "" {
+		return nil, fmt.Errorf("the pattern is empty")
+	}
+	p := &Pattern{text: text}
+	var re strings.Builder
+	re.WriteString("^")
+	rest := text
+	for {
+		open := strings.IndexByte(rest, '{')
+		if closeAt := strings.IndexByte(rest, '}'); closeAt >= 0 && (open < 0 || closeAt < open) {
+			return nil, fmt.Errorf("pattern %q has a '}' without '{'", text)
+		}
+		if open < 0 {
+			p.parts = append(p.parts, rest)
+			re.WriteString(regexp.QuoteMeta(rest))
+			break
+		}
+		end := strings.IndexByte(rest[open:], '}')
+		if end < 0 {
+			return nil, fmt.Errorf("pattern %q has a '{' without '}'", text)
+		}
+		name := rest[open+1 : open+end]
+		if !nameRE.MatchString(name) {
+			return nil, fmt.Errorf("pattern %q: placeholder {%s} must be a name of letters, digits and '_'", text, name)
+		}
+		for _, n := range p.names {
+			if n == name {
+				return nil, fmt.Errorf("pattern %q names {%s} twice", text, name)
+			}
+		}
+		if open == 0 && len(p.names) > 0 {
+			return nil, fmt.Errorf("pattern %q: placeholders {%s} and {%s} must be separated by literal text", text, p.names[len(p.names)-1], name)
+		}
+		p.parts = append(p.parts, rest[:open])
+		p.names = append(p.names, name)
+		re.WriteString(regexp.QuoteMeta(rest[:open]))
+		re.WriteString("([^:/]+)")
+		rest = rest[open+end+1:]
+	}
+	re.WriteString("$")
+	p.re = regexp.MustCompile(re.String())
+	return p, nil
+}
+
+// String is the pattern's text.
+func (p *Pattern) String() string { return p.text }
+
+// Names are the placeholders, in order of appearance.
+func (p *Pattern) Names() []string { return append([]string(nil), p.names...) }
+
+// Match reports whether s fits the pattern and returns the placeholders'
+// values.
+func (p *Pattern) Match(s string) (Params, bool) {
+	m := p.re.FindStringSubmatch(s)
+	if m == nil {
+		return nil, false
+	}
+	out := make(Params, len(p.names))
+	for i, n := range p.names {
+		out[n] = m[i+1]
+	}
+	return out, true
+}
+
+// Render fills the placeholders with params. A missing parameter is an
+// error.
+func (p *Pattern) Render(params Params) (string, error) {
+	var b strings.Builder
+	for i, n := range p.names {
+		b.WriteString(p.parts[i])
+		v, ok := params[n]
+		if !ok {
+			return "", fmt.Errorf("pattern %q: no value for {%s}", p.text, n)
+		}
+		b.WriteString(v)
+	}
+	b.WriteString(p.parts[len(p.names)])
+	return b.String(), nil
+}
