@@ -65,7 +65,7 @@ func TestOpenCreatesAppliedTableOnce(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	ctx := t.Context()
 	_, err := Open(ctx, "sqlite", "x")
-	assert.EqualError(t, err, `store: unknown driver "sqlite" (use postgres or mysql)`)
+	assert.EqualError(t, err, `store: unknown driver "sqlite" (use postgres, mysql or mongodb)`)
 	_, err = Open(ctx, "mysql", "root@tcp(127.0.0.1:3306)/")
 	assert.ErrorContains(t, err, "names no database")
 	_, err = Open(ctx, "postgres", "postgres://%zz")
