@@ -43,7 +43,7 @@ func (b *bank) transferOnce(ctx context.Context, c *client.Client, rng *rand.Ran
 	}
 	var bal [2]int64
 	for i, id := range []int{from, to} {
-		raw, err := c.Cache(ctx, acctKey(branch, id), sid, false)
+		raw, err := c.Cache(ctx, b.acctKey(branch, id), sid, false)
 		if err != nil {
 			return 0, err
 		}
@@ -66,8 +66,8 @@ func (b *bank) transferOnce(ctx context.Context, c *client.Client, rng *rand.Ran
 		Queue:      b.queue(branch),
 		Statements: b.transferStatements(branch, from, to, amt),
 		Cache: []client.CacheChange{
-			{Key: acctKey(branch, from), Patch: map[string]any{"$inc": map[string]any{"balance": -amt}}},
-			{Key: acctKey(branch, to), Patch: map[string]any{"$inc": map[string]any{"balance": amt}}},
+			{Key: b.acctKey(branch, from), Patch: map[string]any{"$inc": map[string]any{"balance": -amt}}},
+			{Key: b.acctKey(branch, to), Patch: map[string]any{"$inc": map[string]any{"balance": amt}}},
 		},
 	})
 	return amt, err
@@ -91,7 +91,7 @@ func (b *bank) audit(ctx context.Context, c *client.Client, st *bankStats, branc
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				raw, err := c.Cache(ctx, acctKey(branch, id), sid, false)
+				raw, err := c.Cache(ctx, b.acctKey(branch, id), sid, false)
 				if err == nil {
 					var a account
 					if a, err = decodeAccount(raw); err == nil {
@@ -196,7 +196,7 @@ func TestSessionBankTransfers(t *testing.T) {
 					case <-time.After(2 * time.Millisecond):
 					}
 					br, id := rng.IntN(branches), rng.IntN(accounts)
-					if err := b.evict(acctKey(br, id), b.queue(br)); err != nil {
+					if err := b.evict(b.acctKey(br, id), b.queue(br)); err != nil {
 						errc <- err
 						return
 					}
@@ -222,7 +222,7 @@ func TestSessionBankTransfers(t *testing.T) {
 						t.Errorf("account %d/%d: %d in the store, model %d", br, id, got[br][id], want)
 					}
 					total += got[br][id]
-					raw, err := sc.c.Cache(ctx, acctKey(br, id), "", false)
+					raw, err := sc.c.Cache(ctx, b.acctKey(br, id), "", false)
 					if err != nil {
 						t.Fatal(err)
 					}

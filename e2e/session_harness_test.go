@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,10 +58,11 @@ func newBank(t *testing.T, db string, branches, accounts int, initial int64) *ba
 		b.redis.Close()
 	})
 	driver := "pgx"
+	b.driver = "postgres"
 	serial := "bigserial PRIMARY KEY"
 	check := "CHECK (balance >= 0)"
 	if db == "pg" {
-		b.driver, b.dsn = "postgres", testenv.PostgresDSN(t)
+		b.dsn = testenv.PostgresDSN(t)
 	} else {
 		b.driver, b.dsn, driver = "mysql", testenv.MySQLDSN(t), "mysql"
 		serial = "bigint AUTO_INCREMENT PRIMARY KEY"
@@ -106,32 +108,42 @@ func (b *bank) ph(i int) string {
 	return "?"
 }
 
-// config writes a sidecar configuration serving the bank; extra is
-// appended (YAML at the top level; writeback settings go in wbExtra).
+// config writes a sidecar configuration serving the bank; wbExtra is
+// added to the writeback section, extra at the top level.
 func (b *bank) config(listen, wbExtra, extra string) string {
-	b.t.Helper()
-	store := map[string]string{"pg": "postgres", "maria": "mysql"}[b.db]
+	return sessionConfig(b.t, listen, wbExtra, extra, b)
+}
+
+// sessionConfig writes a sidecar configuration serving banks (at most one
+// per database), all under the first bank's Redis prefix.
+func sessionConfig(t *testing.T, listen, wbExtra, extra string, banks ...*bank) string {
+	t.Helper()
+	var stores, queues, maps strings.Builder
+	for _, b := range banks {
+		b.prefix = banks[0].prefix
+		fmt.Fprintf(&stores, "  %s: {driver: %s, dsn: %q}\n", b.db, b.driver, b.dsn)
+		fmt.Fprintf(&queues, "  %s: {store: %s, tables: [%s, %s, %s]}\n", b.family, b.db, b.account, b.qseq, b.log)
+		fmt.Fprintf(&maps, `  - plugin: sql
+    store: %s
+    key: "%s:acct:{branch}:{id}"
+    query: "SELECT branch, id, balance FROM %s WHERE branch = %s AND id = %s"
+    queue: "%s/{branch}"
+  - plugin: sql
+    store: %s
+    key: "%s:seq:{branch}"
+    query: "SELECT n FROM %s WHERE branch = %s"
+    queue: "%s/{branch}"
+`, b.db, b.family, b.account, b.ph(1), b.ph(2), b.family, b.db, b.family, b.qseq, b.ph(1), b.family)
+	}
 	cfg := fmt.Sprintf(`listen: %s
 listenResp: ""
 redis:
   addrs: [%s]
   keyPrefix: %s
 stores:
-  db: {driver: %s, dsn: %q}
-queues:
-  %s: {store: db, tables: [%s, %s, %s]}
-mappings:
-  - plugin: sql
-    store: db
-    key: "acct:{branch}:{id}"
-    query: "SELECT branch, id, balance FROM %s WHERE branch = %s AND id = %s"
-    queue: "%s/{branch}"
-  - plugin: sql
-    store: db
-    key: "seq:{branch}"
-    query: "SELECT n FROM %s WHERE branch = %s"
-    queue: "%s/{branch}"
-writeback:
+%squeues:
+%smappings:
+%swriteback:
   partitions: 16
   workers: 4
   batchSize: 64
@@ -140,20 +152,21 @@ writeback:
   leaseLifetime: 2s
 %s
 log: {level: warn}
-%s`, listen, testenv.RedisAddr(b.t), b.prefix, store, b.dsn,
-		b.family, b.account, b.qseq, b.log,
-		b.account, b.ph(1), b.ph(2), b.family,
-		b.qseq, b.ph(1), b.family, wbExtra, extra)
-	p := filepath.Join(b.t.TempDir(), "writeback.yaml")
+%s`, listen, testenv.RedisAddr(t), banks[0].prefix, stores.String(), queues.String(), maps.String(), wbExtra, extra)
+	p := filepath.Join(t.TempDir(), "writeback.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return p
 }
 
 func (b *bank) queue(branch int) string { return fmt.Sprintf("%s/%d", b.family, branch) }
 
-func acctKey(branch, id int) string { return fmt.Sprintf("acct:%d:%d", branch, id) }
+func (b *bank) acctKey(branch, id int) string {
+	return fmt.Sprintf("%s:acct:%d:%d", b.family, branch, id)
+}
+
+func (b *bank) seqKey(branch int) string { return fmt.Sprintf("%s:seq:%d", b.family, branch) }
 
 // transferStatements moves amt from account from to account to of branch.
 func (b *bank) transferStatements(branch, from, to int, amt int64) []client.Statement {
@@ -222,7 +235,8 @@ func flushQueues(t *testing.T, sc *sidecar) client.QueueFlushResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := sc.c.FlushQueues(ctx, 90*time.Second)
+	c := client.New("http://"+sc.addr, client.WithHTTPClient(&http.Client{Timeout: 2 * time.Minute}))
+	res, err := c.FlushQueues(ctx, 90*time.Second)
 	if err != nil {
 		t.Fatalf("flush queues: %v\n%s", err, sc.out())
 	}

@@ -20,7 +20,7 @@ func TestSessionTransferRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, err := sc.c.Cache(ctx, acctKey(1, 0), sid, false)
+			raw, err := sc.c.Cache(ctx, b.acctKey(1, 0), sid, false)
 			if err != nil {
 				t.Fatalf("read: %v\n%s", err, sc.out())
 			}
@@ -28,15 +28,15 @@ func TestSessionTransferRoundTrip(t *testing.T) {
 			if err != nil || a.Balance != 100 || a.Branch != 1 {
 				t.Fatalf("read %s: %+v %v", raw, a, err)
 			}
-			if _, err := sc.c.Cache(ctx, acctKey(1, 2), sid, false); err != nil {
+			if _, err := sc.c.Cache(ctx, b.acctKey(1, 2), sid, false); err != nil {
 				t.Fatal(err)
 			}
 			res, err := sc.c.CommitSession(ctx, sid, client.Commit{
 				Queue:      b.queue(1),
 				Statements: b.transferStatements(1, 0, 2, 30),
 				Cache: []client.CacheChange{
-					{Key: acctKey(1, 0), Patch: map[string]any{"$inc": map[string]any{"balance": -30}}},
-					{Key: acctKey(1, 2), Patch: map[string]any{"$inc": map[string]any{"balance": 30}}},
+					{Key: b.acctKey(1, 0), Patch: map[string]any{"$inc": map[string]any{"balance": -30}}},
+					{Key: b.acctKey(1, 2), Patch: map[string]any{"$inc": map[string]any{"balance": 30}}},
 				},
 			})
 			if err != nil {
@@ -45,7 +45,7 @@ func TestSessionTransferRoundTrip(t *testing.T) {
 			if res.Seq != 1 || res.Queue != b.queue(1) {
 				t.Errorf("commit result %+v", res)
 			}
-			raw, err = sc.c.Cache(ctx, acctKey(1, 0), "", false)
+			raw, err = sc.c.Cache(ctx, b.acctKey(1, 0), "", false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,10 +53,10 @@ func TestSessionTransferRoundTrip(t *testing.T) {
 				t.Errorf("cache after commit: %s", raw)
 			}
 			// A miss on the other account applies the queue first.
-			if err := b.evict(acctKey(1, 2), b.queue(1)); err != nil {
+			if err := b.evict(b.acctKey(1, 2), b.queue(1)); err != nil {
 				t.Fatal(err)
 			}
-			raw, err = sc.c.Cache(ctx, acctKey(1, 2), "", false)
+			raw, err = sc.c.Cache(ctx, b.acctKey(1, 2), "", false)
 			if err != nil {
 				t.Fatal(err)
 			}

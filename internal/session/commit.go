@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/fault"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
@@ -63,6 +64,10 @@ type Object struct {
 	Statements []store.Statement `json:"statements,omitempty"`
 	Affects    []string          `json:"affects,omitempty"` // every key it changed, sorted
 }
+
+// FaultAfterCommit is reached after a session was committed into its
+// queue and before the client hears so (see package fault).
+const FaultAfterCommit = "session.after-commit"
 
 // Limits of one commit.
 const (
@@ -263,6 +268,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	if err != nil {
 		return fail(err)
 	}
+	fault.Hit(FaultAfterCommit)
 	s.release(ctx, id, read)
 	s.m.Commits.WithLabelValues(pl.fam.Name).Inc()
 	s.m.CommitDuration.Observe(time.Since(start).Seconds())
