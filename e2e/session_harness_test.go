@@ -40,6 +40,7 @@ type bank struct {
 	branches int
 	accounts int // per branch
 	initial  int64
+	lease    string // writeback.leaseLifetime
 	redis    *redis.Client
 }
 
@@ -47,7 +48,7 @@ func newBank(t *testing.T, db string, branches, accounts int, initial int64) *ba
 	t.Helper()
 	b := &bank{t: t, db: db, prefix: testenv.UniqueName(t, "e2es"), family: testenv.UniqueName(t, "bank"),
 		account: testenv.UniqueName(t, "acct"), qseq: testenv.UniqueName(t, "qseq"), log: testenv.UniqueName(t, "log"),
-		branches: branches, accounts: accounts, initial: initial}
+		branches: branches, accounts: accounts, initial: initial, lease: "2s"}
 	b.redis = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -149,10 +150,10 @@ stores:
   batchSize: 64
   ownerLease: 1500ms
   pollInterval: 10ms
-  leaseLifetime: 2s
+  leaseLifetime: %s
 %s
 log: {level: warn}
-%s`, listen, testenv.RedisAddr(t), banks[0].prefix, stores.String(), queues.String(), maps.String(), wbExtra, extra)
+%s`, listen, testenv.RedisAddr(t), banks[0].prefix, stores.String(), queues.String(), maps.String(), banks[0].lease, wbExtra, extra)
 	p := filepath.Join(t.TempDir(), "writeback.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -213,8 +214,13 @@ func (b *bank) appliedSessions() int64 {
 // evict deletes a mapped cache entry behind the sidecar's back, as Redis
 // eviction would.
 func (b *bank) evict(key, queue string) error {
+	return b.redis.Del(context.Background(), b.entryKey(key, queue)).Err()
+}
+
+// entryKey is the Redis key of a mapped cache entry depending on queue.
+func (b *bank) entryKey(key, queue string) string {
 	k := session.NewKeys(b.prefix, 16)
-	return b.redis.Del(context.Background(), k.Entry(k.Partition(queue), key)).Err()
+	return k.Entry(k.Partition(queue), key)
 }
 
 // account is a cached or loaded account value.
