@@ -103,6 +103,7 @@ precedence is flag > environment > configuration file > default.`,
 		NewCmdFlush(lookupEnv),
 		NewCmdStatus(lookupEnv),
 		NewCmdDeadLetters(lookupEnv),
+		NewCmdSessions(lookupEnv),
 		NewCmdVersion(),
 	)
 	return root
