@@ -36,8 +36,13 @@ type QueueConfig struct {
 	PollInterval time.Duration
 	MaxRetries   int           // consecutive failures before the store's failure is logged at error level
 	RetryBackoff time.Duration // first backoff after a store error
-	CompactEvery time.Duration // applied-sessions compaction period (at least MinCompactEvery)
+	CompactEvery time.Duration // applied-sessions compaction period (at least MinSessionCompactEvery)
 }
+
+// MinSessionCompactEvery is the shortest applied-sessions compaction
+// period: twice the longest apply of a batch of sessions (batchTimeout
+// bounds every one, whoever runs it), see CompactApplied.
+const MinSessionCompactEvery = 2 * batchTimeout
 
 // QueueApplier applies Design 2's queues: it owns queue partitions through
 // renewable ownership leases (a fair share of them, like the document
@@ -86,8 +91,11 @@ func NewQueueApplier(cfg QueueConfig, q *session.Queues, buf *buffer.Buffer, fam
 	if cfg.OwnerLease <= 0 {
 		cfg.OwnerLease = 3 * time.Second
 	}
-	if cfg.CompactEvery < MinCompactEvery {
+	if cfg.CompactEvery == 0 {
 		cfg.CompactEvery = MinCompactEvery
+	}
+	if cfg.CompactEvery < MinSessionCompactEvery {
+		cfg.CompactEvery = MinSessionCompactEvery
 	}
 	return &QueueApplier{cfg: cfg, q: q, buf: buf, fams: fams, m: m, log: log,
 		owned: map[int]bool{}, failures: map[string]int{}, retryAt: map[string]time.Time{}}
@@ -350,6 +358,9 @@ func (a *QueueApplier) applyQueue(ctx context.Context, queue string, through int
 	mu := a.lock(queue)
 	mu.Lock()
 	defer mu.Unlock()
+	// Bounded, whoever calls (the compaction's safety depends on it).
+	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
 	f := a.family(queue)
 	if f == nil {
 		a.warnUnknown(queue)

@@ -109,6 +109,7 @@ type Writeback struct {
 	BatchSize         int      `yaml:"batchSize"`         // documents per applied batch
 	LeaseLifetime     Duration `yaml:"leaseLifetime"`     // lifetime of S/X and I/Q leases
 	SessionTimeout    Duration `yaml:"sessionTimeout"`    // a session neither committed nor aborted within it is forgotten
+	SessionCompaction Duration `yaml:"sessionCompaction"` // period of the writeback_applied_sessions compaction (at least 1m)
 	OwnerLease        Duration `yaml:"ownerLease"`        // lifetime of a partition ownership lease
 	PollInterval      Duration `yaml:"pollInterval"`      // how often an idle applier looks for work
 	MaxRetries        int      `yaml:"maxRetries"`        // transient store errors before dead-lettering
@@ -146,6 +147,7 @@ func Default() *Config {
 			BatchSize:         128,
 			LeaseLifetime:     Duration{500 * time.Millisecond},
 			SessionTimeout:    Duration{30 * time.Second},
+			SessionCompaction: Duration{2 * time.Minute},
 			OwnerLease:        Duration{3 * time.Second},
 			PollInterval:      Duration{100 * time.Millisecond},
 			MaxRetries:        5,

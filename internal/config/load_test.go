@@ -49,7 +49,7 @@ func TestLoadDefaults(t *testing.T) {
 			assert.Equal(t, 64, got.Redis.PoolSize)
 			assert.Equal(t, Writeback{
 				Partitions: 64, Workers: 4, BatchSize: 128,
-				LeaseLifetime: Duration{500 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, OwnerLease: Duration{3 * time.Second},
+				LeaseLifetime: Duration{500 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
 				PollInterval: Duration{100 * time.Millisecond}, MaxRetries: 5,
 				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30,
 				InstanceID: got.Writeback.InstanceID,
@@ -89,7 +89,7 @@ func TestLoadFull(t *testing.T) {
 		}},
 		Writeback: Writeback{
 			Partitions: 128, Workers: 8, BatchSize: 256,
-			LeaseLifetime: Duration{250 * time.Millisecond}, SessionTimeout: Duration{10 * time.Second}, OwnerLease: Duration{5 * time.Second},
+			LeaseLifetime: Duration{250 * time.Millisecond}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
 			PollInterval: Duration{50 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
 			PinnedMemoryLimit: 512 << 20, InstanceID: "sidecar-a",
 		},
@@ -242,7 +242,7 @@ func TestLoadPrecedence(t *testing.T) {
 					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
 				}, c.Redis)
 				assert.Equal(t, Writeback{
-					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second},
+					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					InstanceID: "i",
@@ -269,7 +269,7 @@ func TestLoadPrecedence(t *testing.T) {
 					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
 				}, c.Redis)
 				assert.Equal(t, Writeback{
-					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second},
+					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					InstanceID: "i",

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // nameRE is what collection names, queue names and table names must match:
@@ -16,6 +17,8 @@ var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Limits of the numeric settings.
 const (
+	MinSessionCompaction = time.Minute // twice the longest apply of a batch of sessions (30 s)
+
 	MaxPartitions = 16384 // Redis Cluster's slot count: more partitions than slots gain nothing
 	MaxBatchSize  = 10000
 )
@@ -199,6 +202,9 @@ func (c *Config) validateWriteback(v *validator) {
 	v.positive("writeback.sessionTimeout", w.SessionTimeout, "30s")
 	if w.SessionTimeout.Duration > 0 && w.SessionTimeout.Duration < w.LeaseLifetime.Duration {
 		v.addf("writeback.sessionTimeout: %s is shorter than writeback.leaseLifetime (%s), so sessions would be forgotten while their leases live; raise sessionTimeout", w.SessionTimeout, w.LeaseLifetime)
+	}
+	if w.SessionCompaction.Duration < MinSessionCompaction {
+		v.addf("writeback.sessionCompaction: %s is shorter than 1m; every apply must finish well within one period for the compaction to be safe, so use at least 1m (the default is 2m)", w.SessionCompaction)
 	}
 	v.positive("writeback.ownerLease", w.OwnerLease, "3s")
 	v.positive("writeback.pollInterval", w.PollInterval, "20ms")

@@ -172,6 +172,8 @@ func TestValidate(t *testing.T) {
 		{"session timeout under lease lifetime", func(c *Config) {
 			c.Writeback.SessionTimeout, c.Writeback.LeaseLifetime = Duration{time.Second}, Duration{2 * time.Second}
 		}, "writeback.sessionTimeout: 1s is shorter than writeback.leaseLifetime (2s), so sessions would be forgotten while their leases live; raise sessionTimeout"},
+		{"session compaction", func(c *Config) { c.Writeback.SessionCompaction = Duration{30 * time.Second} },
+			"writeback.sessionCompaction: 30s is shorter than 1m; every apply must finish well within one period for the compaction to be safe, so use at least 1m (the default is 2m)"},
 		{"mapping without plugin", func(c *Config) { c.Mappings = []map[string]any{{"store": "pg"}} },
 			"mappings[0].plugin: the entry names no plugin; set plugin, e.g. plugin: sql"},
 		{"mapping plugin not a name", func(c *Config) { c.Mappings = []map[string]any{{"plugin": 3}} },

@@ -71,6 +71,7 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		PollInterval: wb.PollInterval.Duration,
 		MaxRetries:   wb.MaxRetries,
 		RetryBackoff: wb.RetryBackoff.Duration,
+		CompactEvery: wb.SessionCompaction.Duration,
 	}, q, s.buf, fams, sm, s.log)
 	if err := app.Prepare(ctx); err != nil {
 		_ = maps.Cleanup()

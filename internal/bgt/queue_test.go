@@ -1,0 +1,269 @@
+package bgt
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/session"
+	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/internal/testenv"
+)
+
+// queueWorld is a queue applier over one table of one SQL database, with
+// real Redis, and a session service to commit into its queues.
+type queueWorld struct {
+	driver string
+	db     *sql.DB
+	st     store.SessionStore
+	table  string
+	family string
+	rdb    *redis.Client
+	svc    *session.Service
+	q      *session.Queues
+	app    *QueueApplier
+	m      *metrics.Sessions
+}
+
+func newQueueWorld(t *testing.T, driver string, batch int) *queueWorld {
+	t.Helper()
+	ctx := context.Background()
+	dsn, sqlDriver := testenv.PostgresDSN(t), "pgx"
+	if driver == "mysql" {
+		dsn, sqlDriver = testenv.MySQLDSN(t), "mysql"
+	}
+	raw, err := store.Open(ctx, driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := store.Sessions(raw)
+	db, err := sql.Open(sqlDriver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &queueWorld{driver: driver, db: db, st: st, table: testenv.UniqueName(t, "qt"), family: testenv.UniqueName(t, "f")}
+	w.exec(t, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v bigint NOT NULL CHECK (v >= 0))", w.table))
+	w.exec(t, fmt.Sprintf("INSERT INTO %s (id, v) VALUES (1, 0), (2, 0)", w.table))
+	w.rdb = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	prefix := testenv.UniqueName(t, "qt")
+	t.Cleanup(func() {
+		iter := w.rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			w.rdb.Del(ctx, iter.Val())
+		}
+		w.rdb.Close()
+		_, _ = db.Exec("DROP TABLE " + w.table)
+		_, _ = db.Exec("DELETE FROM writeback_applied_sessions WHERE queue LIKE '" + w.family + "/%'")
+		db.Close()
+		raw.Close()
+	})
+	fams := map[string]*session.Family{w.family: {Name: w.family, StoreName: "db", Store: st, Tables: []string{w.table}}}
+	w.m = metrics.NewSessions(prometheus.NewRegistry())
+	log := slog.New(slog.DiscardHandler)
+	w.svc = session.New(w.rdb, session.Config{Prefix: prefix, Partitions: 4, LeaseLifetime: time.Second}, fams, nil, w.m, metrics.New(nil), log)
+	w.q = session.NewQueues(w.rdb, w.svc.Keys())
+	w.app = NewQueueApplier(QueueConfig{InstanceID: "t", Workers: 2, BatchSize: batch, OwnerLease: time.Second, PollInterval: 10 * time.Millisecond},
+		w.q, buffer.New(w.rdb, prefix, 4, time.Second), fams, w.m, log)
+	if err := w.app.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.svc.Applier = w.app
+	return w
+}
+
+func (w *queueWorld) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := w.db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func (w *queueWorld) ph(i int) string {
+	if w.driver == "postgres" {
+		return fmt.Sprintf("$%d", i)
+	}
+	return "?"
+}
+
+// commit commits a session of queue "<family>/<q>" that sets row id's v.
+func (w *queueWorld) commit(t *testing.T, q string, id int, v int64) session.CommitResult {
+	t.Helper()
+	ctx := context.Background()
+	sid, err := w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.svc.Commit(ctx, sid, session.CommitRequest{
+		Queue: w.family + "/" + q,
+		Statements: []store.Statement{{
+			SQL:  fmt.Sprintf("UPDATE %s SET v = %s WHERE id = %s", w.table, w.ph(1), w.ph(2)),
+			Args: []json.RawMessage{json.RawMessage(fmt.Sprint(v)), json.RawMessage(fmt.Sprint(id))},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func (w *queueWorld) value(t *testing.T, id int) int64 {
+	t.Helper()
+	var v int64
+	if err := w.db.QueryRow(fmt.Sprintf("SELECT v FROM %s WHERE id = %d", w.table, id)).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func (w *queueWorld) appliedRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := w.db.QueryRow("SELECT count(*) FROM writeback_applied_sessions WHERE queue LIKE '" + w.family + "/%'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func eachSessionStore(t *testing.T, f func(t *testing.T, driver string)) {
+	for _, d := range []string{"postgres", "mysql"} {
+		t.Run(d, func(t *testing.T) { f(t, d) })
+	}
+}
+
+// Sessions of one queue are applied in commit order across batches; an
+// absolute SET makes any reordering visible.
+func TestQueueAppliesInOrder(t *testing.T) {
+	eachSessionStore(t, func(t *testing.T, driver string) {
+		w := newQueueWorld(t, driver, 2)
+		for v := int64(1); v <= 7; v++ {
+			if res := w.commit(t, "a", 1, v); res.Seq != v {
+				t.Fatalf("commit %d got seq %d", v, res.Seq)
+			}
+		}
+		w.commit(t, "b", 2, 9)
+		// A miss's prefix: through seq 3 of queue a only.
+		if err := w.app.ApplyThrough(context.Background(), w.family+"/a", 3); err != nil {
+			t.Fatal(err)
+		}
+		if v := w.value(t, 1); v != 3 {
+			t.Errorf("after ApplyThrough(3): v = %d, want 3", v)
+		}
+		res, err := w.app.Flush(context.Background())
+		if err != nil || !res.Drained || res.Pending != 0 {
+			t.Fatalf("flush: %+v %v", res, err)
+		}
+		if v := w.value(t, 1); v != 7 {
+			t.Errorf("v = %d, want 7 (the last session of the queue)", v)
+		}
+		if v := w.value(t, 2); v != 9 {
+			t.Errorf("queue b: v = %d, want 9", v)
+		}
+	})
+}
+
+// A session the store rejects stops its queue at it; ApplyThrough says so.
+func TestQueueStopsAtRejectedSession(t *testing.T) {
+	eachSessionStore(t, func(t *testing.T, driver string) {
+		w := newQueueWorld(t, driver, 8)
+		w.commit(t, "a", 1, 5)
+		bad := w.commit(t, "a", 1, -1) // violates the check
+		w.commit(t, "a", 1, 6)
+		w.commit(t, "b", 2, 4)
+		res, err := w.app.Flush(context.Background())
+		if err != nil || res.Stopped != 1 || res.Pending != 2 {
+			t.Fatalf("flush: %+v %v", res, err)
+		}
+		if v := w.value(t, 1); v != 5 {
+			t.Errorf("v = %d, want 5: the session before the rejected one is applied", v)
+		}
+		if v := w.value(t, 2); v != 4 {
+			t.Errorf("queue b: v = %d, want 4", v)
+		}
+		var qe *session.QueueStoppedError
+		if err := w.app.ApplyThrough(context.Background(), w.family+"/a", bad.Seq+1); !errors.As(err, &qe) {
+			t.Errorf("ApplyThrough past the dead letter: %v, want QueueStoppedError", err)
+		}
+		dls, err := w.q.DeadLetters(context.Background(), 10)
+		if err != nil || len(dls) != 1 || dls[0].Seq != bad.Seq {
+			t.Fatalf("dead letters %+v %v", dls, err)
+		}
+		if ok, err := w.q.Drop(context.Background(), w.family+"/a"); err != nil || !ok {
+			t.Fatalf("drop: %v %v", ok, err)
+		}
+		if res, err := w.app.Flush(context.Background()); err != nil || res.Stopped != 0 || res.Pending != 0 {
+			t.Fatalf("flush after drop: %+v %v", res, err)
+		}
+		if v := w.value(t, 1); v != 6 {
+			t.Errorf("v = %d, want 6", v)
+		}
+	})
+}
+
+// The short version of acceptance 5: applied records are deleted after
+// two compaction rounds that both find their session gone from Redis, and
+// kept while it is there (a crash between the store commit and the pop).
+func TestCompactAppliedSessions(t *testing.T) {
+	eachSessionStore(t, func(t *testing.T, driver string) {
+		w := newQueueWorld(t, driver, 64)
+		ctx := context.Background()
+		for v := int64(1); v <= 20; v++ {
+			w.commit(t, "a", 1, v)
+		}
+		if _, err := w.app.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// One more committed and applied to the store, not popped: as if
+		// the applier died between the two.
+		w.commit(t, "a", 1, 21)
+		head, err := w.q.Head(ctx, w.family+"/a", 10)
+		if err != nil || len(head) != 1 {
+			t.Fatalf("head %v %v", head, err)
+		}
+		if _, err := w.st.ApplySessions(ctx, []store.Session{{ID: head[0].Object.ID, Queue: w.family + "/a", Seq: head[0].Seq, Statements: head[0].Object.Statements}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := w.appliedRows(t); n != 21 {
+			t.Fatalf("%d applied records, want 21", n)
+		}
+		if n := w.app.CompactApplied(ctx); n != 0 {
+			t.Errorf("round 1 deleted %d; a record goes only at its second round", n)
+		}
+		if n := w.app.CompactApplied(ctx); n != 20 {
+			t.Errorf("round 2 deleted %d, want the 20 popped sessions' records", n)
+		}
+		if n := w.appliedRows(t); n != 1 {
+			t.Errorf("%d applied records left, want the unpopped session's", n)
+		}
+		// The replay skips it, then pops it; two rounds later its record goes.
+		if _, err := w.app.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := testutil.ToFloat64(w.m.DuplicatesSkipped); got != 1 {
+			t.Errorf("duplicates skipped %v, want 1", got)
+		}
+		if v := w.value(t, 1); v != 21 {
+			t.Errorf("v = %d, want 21", v)
+		}
+		w.app.CompactApplied(ctx)
+		w.app.CompactApplied(ctx)
+		if n := w.appliedRows(t); n != 0 {
+			t.Errorf("%d applied records left, want 0", n)
+		}
+		if got := testutil.ToFloat64(w.m.Compacted); got != 21 {
+			t.Errorf("compacted %v, want 21", got)
+		}
+	})
+}
