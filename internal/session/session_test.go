@@ -1,0 +1,263 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/internal/testenv"
+	"github.com/writeback/writeback/mappings"
+)
+
+// fakeStore is a SessionStore that only has a dialect: the service never
+// runs statements itself.
+type fakeStore struct{}
+
+func (fakeStore) Dialect() string                       { return "postgres" }
+func (fakeStore) PrepareSessions(context.Context) error { return nil }
+func (fakeStore) ApplySessions(context.Context, []store.Session) ([]bool, error) {
+	return nil, errors.New("not here")
+}
+func (fakeStore) QueryJSON(context.Context, string, ...any) ([]json.RawMessage, error) {
+	return nil, nil
+}
+func (fakeStore) ListAppliedSessions(context.Context, string, int) ([]store.AppliedSession, error) {
+	return nil, nil
+}
+func (fakeStore) CompactAppliedSessions(context.Context, []string) (int, error) { return 0, nil }
+func (fakeStore) CountAppliedSessions(context.Context) (int64, error)           { return 0, nil }
+
+// kv is a mapping plugin for tests: keys "<prefix>:<q>:<name>" of queue
+// "f/<q>", values from load.
+type kv struct {
+	Prefix string `yaml:"prefix"`
+	load   func(name string) (json.RawMessage, error)
+	pat    *mappings.Pattern
+}
+
+func (m *kv) Provision(mappings.Context) (err error) {
+	m.pat, err = mappings.ParsePattern(m.Prefix + ":{q}:{name}")
+	return err
+}
+func (m *kv) Match(key string) (mappings.Params, bool) { return m.pat.Match(key) }
+func (m *kv) Queue(p mappings.Params) string {
+	if p["q"] == "none" {
+		return ""
+	}
+	return "f/" + p["q"]
+}
+func (m *kv) Load(_ context.Context, p mappings.Params) (json.RawMessage, error) {
+	return m.load(p["name"])
+}
+
+// world is a service over real Redis with the kv mapping.
+type world struct {
+	svc     *Service
+	rdb     *redis.Client
+	load    atomic.Pointer[func(string) (json.RawMessage, error)]
+	applied atomic.Int64 // the last seq ApplyThrough was asked for
+}
+
+func (w *world) ApplyThrough(_ context.Context, _ string, seq int64) error {
+	w.applied.Store(seq)
+	return nil
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{rdb: redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})}
+	prefix := testenv.UniqueName(t, "sess")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := w.rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			w.rdb.Del(ctx, iter.Val())
+		}
+		w.rdb.Close()
+	})
+	def := func(string) (json.RawMessage, error) { return json.RawMessage(`{"v":0}`), nil }
+	w.load.Store(&def)
+	reg := mappings.NewRegistry()
+	reg.Register(mappings.Module{ID: "kv", New: func() mappings.Mapping {
+		return &kv{load: func(n string) (json.RawMessage, error) { return (*w.load.Load())(n) }}
+	}})
+	set, err := reg.Load(mappings.Context{Context: context.Background()}, []map[string]any{{"plugin": "kv", "prefix": "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := map[string]*Family{"f": {Name: "f", StoreName: "db", Store: fakeStore{}, Tables: []string{"t"}}}
+	w.svc = New(w.rdb, Config{Prefix: prefix, Partitions: 4, LeaseLifetime: time.Second}, fams, set,
+		metrics.NewSessions(nil), metrics.New(nil), slog.New(slog.DiscardHandler))
+	w.svc.Applier = w
+	return w
+}
+
+func (w *world) commitSet(t *testing.T, key string, v string) CommitResult {
+	t.Helper()
+	ctx := context.Background()
+	id, err := w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := "f/" + strings.Split(key, ":")[1]
+	res, err := w.svc.Commit(ctx, id, CommitRequest{Queue: q, Cache: []CacheChange{{Key: key, Set: json.RawMessage(v)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// The race an I lease prevents: a reader misses and loads the old value
+// from the store; meanwhile a session commits a new value; the reader's
+// fill must not install the old value over it.
+func TestFillLosesToConcurrentCommit(t *testing.T) {
+	w := newWorld(t)
+	loading, release := make(chan struct{}), make(chan struct{})
+	slow := func(string) (json.RawMessage, error) {
+		close(loading)
+		<-release
+		return json.RawMessage(`{"v":"old"}`), nil
+	}
+	w.load.Store(&slow)
+	done := make(chan json.RawMessage)
+	go func() {
+		v, err := w.svc.Read(context.Background(), "", "k:1:a", false)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- v
+	}()
+	<-loading
+	res := w.commitSet(t, "k:1:a", `{"v":"new"}`)
+	close(release)
+	if v := <-done; string(v) != `{"v":"old"}` {
+		t.Errorf("the racing read returned %s; it linearizes before the commit and returns what it loaded", v)
+	}
+	v, err := w.svc.Read(context.Background(), "", "k:1:a", false)
+	if err != nil || string(v) != `{"v":"new"}` {
+		t.Errorf("after the race the entry is %s (%v); the old value must not have been installed", v, err)
+	}
+	// A miss applies the queue through the session that changed the key.
+	w.rdb.Del(context.Background(), w.svc.Keys().Entry(w.svc.Keys().Partition("f/1"), "k:1:a"))
+	def := func(string) (json.RawMessage, error) { return json.RawMessage(`{"v":"store"}`), nil }
+	w.load.Store(&def)
+	if _, err := w.svc.Read(context.Background(), "", "k:1:a", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.applied.Load(); got != res.Seq {
+		t.Errorf("the miss applied the queue through %d, want %d", got, res.Seq)
+	}
+}
+
+func TestReadNotFoundAndNoMapping(t *testing.T) {
+	w := newWorld(t)
+	none := func(string) (json.RawMessage, error) { return nil, nil }
+	w.load.Store(&none)
+	if _, err := w.svc.Read(context.Background(), "", "k:1:x", false); !errors.Is(err, ErrNotFound) {
+		t.Errorf("no value: %v", err)
+	}
+	if _, err := w.svc.Read(context.Background(), "", "zzz", false); !errors.Is(err, ErrNoMapping) {
+		t.Errorf("no mapping: %v", err)
+	}
+	if _, err := w.svc.Read(context.Background(), "0123456789abcdef0123456789abcdef", "k:1:x", false); !errors.Is(err, ErrUnknownSession) {
+		t.Errorf("unknown session: %v", err)
+	}
+	var ie *InvalidError
+	if _, err := w.svc.Read(context.Background(), "", "k:1:x", true); !errors.As(err, &ie) {
+		t.Errorf("lease=x without a session: %v", err)
+	}
+}
+
+func TestPlanValidation(t *testing.T) {
+	w := newWorld(t)
+	upd := []store.Statement{{SQL: "UPDATE t SET a = $1", Args: []json.RawMessage{json.RawMessage(`1`)}}}
+	cases := []struct {
+		name string
+		req  CommitRequest
+		msg  string
+	}{
+		{"statements without queue", CommitRequest{Statements: upd}, "must name its queue"},
+		{"queue without key", CommitRequest{Queue: "f/", Statements: upd}, "must be <family>/<key>"},
+		{"unknown family", CommitRequest{Queue: "g/1", Statements: upd}, `queue family "g" is not configured; use one of: f`},
+		{"braces in queue", CommitRequest{Queue: "f/{x}", Statements: upd}, "braces"},
+		{"undeclared table", CommitRequest{Queue: "f/1", Statements: []store.Statement{{SQL: "DELETE FROM u"}}}, "statements[0]: table u is not declared"},
+		{"invalid argument", CommitRequest{Queue: "f/1", Statements: []store.Statement{{SQL: "UPDATE t SET a = $1", Args: []json.RawMessage{json.RawMessage(`{`)}}}}, "not a JSON value"},
+		{"key of another queue", CommitRequest{Queue: "f/1", Affects: []string{"k:2:a"}}, `"k:2:a" belongs to queue "f/2"`},
+		{"key of no queue", CommitRequest{Queue: "f/1", Affects: []string{"k:none:a"}}, "depends on no queue"},
+		{"unmapped key", CommitRequest{Queue: "f/1", Affects: []string{"x"}}, "no mapping matches"},
+		{"two kinds", CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Delete: true, Set: json.RawMessage(`1`)}}}, "exactly one of"},
+		{"twice", CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Delete: true}, {Key: "k:1:a", Delete: true}}}, "changed twice"},
+		{"bad patch", CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Patch: json.RawMessage(`{"$mul":{"a":1}}`)}}}, "unknown operator"},
+		{"control character", CommitRequest{Queue: "f/1", Affects: []string{"k:1:\x01"}}, "control character"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := w.svc.plan(tc.req)
+			var ie *InvalidError
+			if !errors.As(err, &ie) || !strings.Contains(ie.Msg, tc.msg) {
+				t.Errorf("plan: %v, want an InvalidError containing %q", err, tc.msg)
+			}
+		})
+	}
+	p, err := w.svc.plan(CommitRequest{Queue: "f/1", Statements: upd,
+		Cache: []CacheChange{{Key: "k:1:b", Patch: json.RawMessage(`{"$inc":{"n":1}}`)}}, Affects: []string{"k:1:a", "k:1:b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(p.keys(), ","); got != "k:1:a,k:1:b" {
+		t.Errorf("written keys %s, want sorted and merged", got)
+	}
+	if !p.writes[0].del || p.writes[1].patch == nil {
+		t.Errorf("writes %+v", p.writes)
+	}
+}
+
+func TestPatchEntry(t *testing.T) {
+	patch := func(body string) change.Change {
+		c, err := change.ParsePatch(patchSchema, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cases := []struct {
+		entry, patch, want string
+		ok                 bool
+	}{
+		{`{"id":7,"balance":10,"name":"x"}`, `{"$inc":{"balance":-3}}`, `{"id":7,"balance":7,"name":"x"}`, true},
+		{`{"b":1,"a":2}`, `{"$set":{"z":true,"c":[1]},"$unset":{"a":""}}`, `{"b":1,"c":[1],"z":true}`, true},
+		{`{"a":{"b":[1]}}`, `{"$push":{"a.b":2}}`, `{"a":{"b":[1,2]}}`, true},
+		{`{"n":"text"}`, `{"$inc":{"n":1}}`, ``, false},
+		{`[1,2]`, `{"$set":{"a":1}}`, ``, false},
+		{`{"big":9007199254740993}`, `{"$inc":{"big":1}}`, `{"big":9007199254740994}`, true},
+	}
+	for _, tc := range cases {
+		got, ok := patchEntry(tc.entry, patch(tc.patch))
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("patchEntry(%s, %s) = %s %v, want %s %v", tc.entry, tc.patch, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestEntryText(t *testing.T) {
+	e := entryText(12, 1700000000123, "abc")
+	seq, ms, id, ok := parseEntry(e)
+	if !ok || seq != 12 || ms != 1700000000123 || id != "abc" {
+		t.Errorf("parseEntry(%q) = %d %d %q %v", e, seq, ms, id, ok)
+	}
+	for _, bad := range []string{"", "1|2", "x|2|a", "1|2|"} {
+		if _, _, _, ok := parseEntry(bad); ok {
+			t.Errorf("parseEntry(%q) accepted", bad)
+		}
+	}
+}
