@@ -7,6 +7,7 @@
 package buffer
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,48 +55,58 @@ func (e *ReplicationError) Error() string {
 	return fmt.Sprintf("buffer: the write reached %d of the %d required Redis replicas in time", e.Got, e.Want)
 }
 
-// runWrite runs writeScript and, when replicas are required and the change
-// was buffered, waits for them on the same connection: a pipeline is one
-// connection, and WAIT counts the replicas that have that connection's
-// writes.
-func (b *Buffer) runWrite(ctx context.Context, keys []string, args []any) ([]any, error) {
+// runWrite runs one call of writeScript and returns its replies, one per
+// write. When replicas are required and a write was buffered, it waits for
+// them on the same connection — a pipeline is one connection, and WAIT
+// counts the replicas that have that connection's writes — and returns in
+// replErr what WAIT said, which concerns the buffered writes only.
+func (b *Buffer) runWrite(ctx context.Context, wc *writeCall) (replies []any, replErr, err error) {
 	if b.Replicas <= 0 {
-		return writeScript.Run(ctx, b.rdb, keys, args...).Slice()
+		replies, err = writeScript.Run(ctx, b.rdb, wc.keys, wc.args...).Slice()
+		return replies, nil, err
 	}
 	// WAIT must run on the connection, hence the node, that took the
-	// write: in a cluster, the primary of the keys' slot.
+	// writes: in a cluster, the primary of the keys' slot.
 	var node redis.Cmdable = b.rdb
 	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, keys[0])
+		c, err := cc.MasterForKey(ctx, wc.keys[0])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		node = c
 	}
 	for attempt := 0; ; attempt++ {
 		pipe := node.Pipeline()
-		ev := writeScript.EvalSha(ctx, pipe, keys, args...)
+		ev := writeScript.EvalSha(ctx, pipe, wc.keys, wc.args...)
 		wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		v, err := ev.Slice()
 		if isNoScript(err) && attempt == 0 {
 			if err := writeScript.Load(ctx, node).Err(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if len(v) > 0 {
+		if anyBuffered(v) {
+			replErr = b.checkReplicas(wait)
+		}
+		return v, replErr, nil
+	}
+}
+
+// anyBuffered reports whether a call of writeScript buffered a write.
+func anyBuffered(replies []any) bool {
+	for _, r := range replies {
+		if v, _ := r.([]any); len(v) > 0 {
 			if code, _ := v[0].(int64); code > 0 {
-				if err := b.checkReplicas(wait); err != nil {
-					return nil, err
-				}
+				return true
 			}
 		}
-		return v, nil
 	}
+	return false
 }
 
 func (b *Buffer) checkReplicas(wait *redis.Cmd) error {
@@ -236,25 +248,14 @@ func (b *Buffer) Write(ctx context.Context, coll, id string, c change.Change, s 
 // WriteCounted is Write with its whole result, for writes with o.Count or
 // o.IfAbsent.
 func (b *Buffer) WriteCounted(ctx context.Context, coll, id string, c change.Change, s *change.Schema, o WriteOptions) (WriteResult, error) {
-	keys, args := b.writeCall(coll, id, c, s, o)
-	v, err := b.runWrite(ctx, keys, args)
-	if err == nil && missingSeq(v) {
-		if err := b.reseed(ctx); err != nil {
-			return WriteResult{}, err
-		}
-		v, err = b.runWrite(ctx, keys, args)
-	}
-	var re *ReplicationError
-	if errors.As(err, &re) {
-		return WriteResult{}, err
-	}
-	if err != nil {
-		return WriteResult{}, fmt.Errorf("buffer: write: %w", err)
-	}
-	return parseWrite(v)
+	rs, errs := b.WriteBatch(ctx, []WriteRequest{{Coll: coll, ID: id, Change: c, Schema: s, Options: o}})
+	return rs[0], errs[0]
 }
 
-func missingSeq(v []any) bool {
+// missingSeq reports whether a write found its partition's sequence
+// missing.
+func missingSeq(reply any) bool {
+	v, _ := reply.([]any)
 	if len(v) == 0 {
 		return false
 	}
@@ -286,82 +287,215 @@ type WriteRequest struct {
 	Options  WriteOptions
 }
 
+// maxCallWrites bounds the writes of one call of writeScript, and so how
+// long one call keeps Redis busy.
+const maxCallWrites = 64
+
 // WriteBatch runs the writes in one round trip, as WriteCounted would run
 // them one by one: each is its own atomic step (they are not a
-// transaction), applied in order. results[i] and errs[i] belong to reqs[i].
+// transaction). results[i] and errs[i] belong to reqs[i].
+//
+// The writes share script calls (writeCalls): a batch costs Redis one call
+// per maxCallWrites writes (in a Redis Cluster, per partition it touches)
+// rather than one per write. The writes of one partition run in their
+// order; those of different partitions, hence of different documents, may
+// run in any order.
 func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
 	results, errs := make([]WriteResult, len(reqs)), make([]error, len(reqs))
+	if len(reqs) == 0 {
+		return results, errs
+	}
+	calls := b.writeCalls(reqs)
 	if _, cluster := b.rdb.(*redis.ClusterClient); cluster && b.Replicas > 0 {
 		// One WAIT cannot cover writes spread over several nodes: each
-		// write waits on its own node.
-		for i, r := range reqs {
-			results[i], errs[i] = b.WriteCounted(ctx, r.Coll, r.ID, r.Change, r.Schema, r.Options)
+		// call waits on its own node.
+		for _, wc := range calls {
+			v, replErr, err := b.runWrite(ctx, wc)
+			b.settle(wc, v, replErr, err, results, errs)
+		}
+	} else {
+		pipe := b.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, wc := range calls {
+			cmds[i] = writeScript.EvalSha(ctx, pipe, wc.keys, wc.args...)
+		}
+		var wait *redis.Cmd
+		if b.Replicas > 0 {
+			wait = pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds()) // covers every write above
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		for i, cmd := range cmds {
+			v, err := cmd.Slice()
+			var replErr error
+			switch {
+			case isNoScript(err):
+				// The script was not loaded (first use, or a Redis
+				// restart): these writes did not run. runWrite loads it.
+				v, replErr, err = b.runWrite(ctx, calls[i])
+			case err == nil && wait != nil && anyBuffered(v):
+				replErr = b.checkReplicas(wait)
+			}
+			b.settle(calls[i], v, replErr, err, results, errs)
+		}
+	}
+	// Writes that found their partition's sequence missing did nothing:
+	// recreate the sequences and run them again, one by one, in order.
+	var lost []int
+	for i, err := range errs {
+		if errors.Is(err, errLostSeq) {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) == 0 {
+		return results, errs
+	}
+	if err := b.reseed(ctx); err != nil {
+		for _, i := range lost {
+			errs[i] = err
 		}
 		return results, errs
 	}
-	pipe := b.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(reqs))
-	for i, r := range reqs {
-		keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
-		cmds[i] = writeScript.EvalSha(ctx, pipe, keys, args...)
-	}
-	var wait *redis.Cmd
-	if b.Replicas > 0 {
-		wait = pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds()) // covers every write above
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, cmd := range cmds {
-		v, err := cmd.Slice()
-		if isNoScript(err) {
-			// The script was not loaded (first use, or a Redis restart):
-			// this write did not run. runWrite loads the script.
-			r := reqs[i]
-			keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
-			v, err = b.runWrite(ctx, keys, args)
-		}
-		if err == nil && missingSeq(v) {
-			if err = b.reseed(ctx); err == nil {
-				r := reqs[i]
-				keys, args := b.writeCall(r.Coll, r.ID, r.Change, r.Schema, r.Options)
-				v, err = b.runWrite(ctx, keys, args)
-			}
-		}
-		if err == nil && wait != nil && len(v) > 0 {
-			if code, _ := v[0].(int64); code > 0 {
-				err = b.checkReplicas(wait)
-			}
-		}
-		if err != nil {
-			errs[i] = fmt.Errorf("buffer: write: %w", err)
-			continue
-		}
-		results[i], errs[i] = parseWrite(v)
+	for _, i := range lost {
+		wc := b.writeCalls(reqs[i : i+1])[0]
+		v, replErr, err := b.runWrite(ctx, wc)
+		b.settle(wc, v, replErr, err, results[i:i+1], errs[i:i+1])
 	}
 	return results, errs
 }
 
-// writeCall returns the keys and arguments of writeScript for a write.
-func (b *Buffer) writeCall(coll, id string, c change.Change, s *change.Schema, o WriteOptions) ([]string, []any) {
-	part := b.Partition(coll, id)
-	m := Member(coll, id)
-	keys := []string{b.cacheKey(part, m), b.bwKey(part, m), b.pendingKey(part), b.statsKey(part), b.seqKey(part), b.ileaseKey(part, m)}
-	mode := "u"
-	if o.Invalidate {
-		mode = "x"
+// errLostSeq is a write that found its partition's sequence missing; it
+// did nothing.
+var errLostSeq = errors.New("buffer: write: the partition's sequence is missing")
+
+// settle records the outcome of a call of writeScript: err is the call's,
+// replErr (the replicas' answer) concerns the writes it buffered.
+func (b *Buffer) settle(wc *writeCall, replies []any, replErr, err error, results []WriteResult, errs []error) {
+	if err == nil && len(replies) != len(wc.reqs) {
+		err = errors.New("malformed reply")
 	}
-	if o.Count {
-		mode += "c"
+	for k, i := range wc.reqs {
+		if err != nil {
+			errs[i] = fmt.Errorf("buffer: write: %w", err)
+			continue
+		}
+		if missingSeq(replies[k]) {
+			errs[i] = errLostSeq
+			continue
+		}
+		results[i], errs[i] = parseWrite(replies[k])
+		if errs[i] == nil && results[i].Outcome == Buffered && replErr != nil {
+			results[i], errs[i] = WriteResult{}, replErr
+		}
+	}
+}
+
+// writeCall is one call of writeScript.
+type writeCall struct {
+	keys []string
+	args []any
+	reqs []int // the indexes in the batch of its writes, in the order of its replies
+}
+
+// writeCalls groups a batch's writes into calls of writeScript, at most
+// maxCallWrites each, and the writes of a call into groups by partition,
+// each in its order. In a Redis Cluster every key of a call must be in one
+// slot, so a call holds the writes of one partition. A single Redis
+// (standalone or Sentinel-managed) has no such limit: a call holds
+// consecutive writes of any partitions, since a pipeline's writes spread
+// over the partitions and most calls would otherwise carry one write.
+func (b *Buffer) writeCalls(reqs []WriteRequest) []*writeCall {
+	parts := make([]int, len(reqs))
+	for i, r := range reqs {
+		parts[i] = b.Partition(r.Coll, r.ID)
+	}
+	var calls []*writeCall
+	if _, cluster := b.rdb.(*redis.ClusterClient); cluster {
+		var order []int // partitions, by first write
+		byPart := map[int][]int{}
+		for i, p := range parts {
+			if byPart[p] == nil {
+				order = append(order, p)
+			}
+			byPart[p] = append(byPart[p], i)
+		}
+		for _, p := range order {
+			for is := byPart[p]; len(is) > 0; {
+				n := min(len(is), maxCallWrites)
+				calls = append(calls, b.writeCall(reqs, parts, is[:n]))
+				is = is[n:]
+			}
+		}
+		return calls
+	}
+	is := make([]int, len(reqs))
+	for i := range is {
+		is[i] = i
+	}
+	for len(is) > 0 {
+		n := min(len(is), maxCallWrites)
+		calls = append(calls, b.writeCall(reqs, parts, is[:n]))
+		is = is[n:]
+	}
+	return calls
+}
+
+// writeCall builds the call of writeScript for the writes is of reqs,
+// whose partitions are parts.
+func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
+	// Stable: a partition's writes keep their order.
+	is = slices.Clone(is)
+	slices.SortStableFunc(is, func(i, j int) int { return cmp.Compare(parts[i], parts[j]) })
+	wc := &writeCall{
+		keys: make([]string, 0, 3*len(is)+9),
+		args: make([]any, 0, 9*len(is)+4),
+		reqs: is,
+	}
+	wc.args = append(wc.args, b.lease.Milliseconds())
+	for g := 0; g < len(is); {
+		part := parts[is[g]]
+		n := 1
+		for g+n < len(is) && parts[is[g+n]] == part {
+			n++
+		}
+		tag := b.tag(part)
+		wc.keys = append(wc.keys, b.pendingKey(part), b.statsKey(part), b.seqKey(part))
+		wc.args = append(wc.args, n)
+		for _, i := range is[g : g+n] {
+			r := reqs[i]
+			m := Member(r.Coll, r.ID)
+			// As cacheKey, bwKey and ileaseKey name them.
+			wc.keys = append(wc.keys, tag+"c:"+m, tag+"b:"+m, tag+"i:"+m)
+			wc.args = appendWriteArgs(wc.args, r)
+		}
+		g += n
+	}
+	return wc
+}
+
+// writeModes are the cache modes and flags of writeScript, by
+// invalidate<<2 | ifAbsent<<1 | count.
+var writeModes = [8]string{"u", "uc", "ua", "uca", "x", "xc", "xa", "xca"}
+
+// appendWriteArgs appends a write's arguments of writeScript.
+func appendWriteArgs(args []any, r WriteRequest) []any {
+	c, o := r.Change, r.Options
+	mode := 0
+	if o.Invalidate {
+		mode |= 4
 	}
 	if o.IfAbsent {
-		mode += "a"
+		mode |= 2
 	}
-	args := make([]any, 0, 16)
-	args = append(args, string(c.Kind), m, change.Encode(c), ttlMillis(o.TTL), mode, o.Token, b.lease.Milliseconds())
+	if o.Count {
+		mode |= 1
+	}
+	at := len(args)
+	args = append(args, 0, change.Encode(c), writeModes[mode], ttlMillis(o.TTL), o.Token)
 	switch {
 	case !o.HaveBase:
 		args = append(args, "-")
 	default:
-		args = append(args, strconv.Itoa(len(o.Base)))
+		args = append(args, len(o.Base))
 		for f, v := range o.Base {
 			args = append(args, f, []byte(v))
 		}
@@ -379,7 +513,7 @@ func (b *Buffer) writeCall(coll, id string, c change.Change, s *change.Schema, o
 			args = append(args, "S", f, "null")
 		}
 		for f, n := range c.Inc {
-			if col, ok := s.Column(f); ok && col.Type == change.TypeInt {
+			if col, ok := r.Schema.Column(f); ok && col.Type == change.TypeInt {
 				args = append(args, "I", f, string(n))
 			} else {
 				// Float sums are left to the next read so that the cached
@@ -394,11 +528,13 @@ func (b *Buffer) writeCall(coll, id string, c change.Change, s *change.Schema, o
 			args = append(args, "X", f, "0")
 		}
 	}
-	return keys, args
+	args[at] = len(args) - at - 1
+	return args
 }
 
-// parseWrite decodes writeScript's answer.
-func parseWrite(v []any) (WriteResult, error) {
+// parseWrite decodes writeScript's reply to one write.
+func parseWrite(reply any) (WriteResult, error) {
+	v, _ := reply.([]any)
 	if len(v) == 0 {
 		return WriteResult{}, errors.New("buffer: write: malformed reply")
 	}
@@ -416,6 +552,12 @@ func parseWrite(v []any) (WriteResult, error) {
 		return WriteResult{Outcome: NeedCache}, nil
 	case -5:
 		return WriteResult{Outcome: Overflow}, nil
+	case -7:
+		msg := "malformed reply"
+		if len(v) > 1 {
+			msg, _ = v[1].(string)
+		}
+		return WriteResult{}, fmt.Errorf("buffer: write: %s", msg)
 	}
 	if code < 0 {
 		return WriteResult{}, fmt.Errorf("buffer: write: unknown answer %d", code)

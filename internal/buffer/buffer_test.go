@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,5 +250,158 @@ func TestLostSequenceIsReseeded(t *testing.T) {
 	seq, out, err := b.Write(ctx, "c", "1", put, s, WriteOptions{})
 	if err != nil || out != Buffered || reseeds != 1 || seq != 501 {
 		t.Fatalf("write after losing the sequence: seq %d, %v, %v, %d reseeds; want seq 501 after one reseed", seq, out, err, reseeds)
+	}
+}
+
+// A batch's writes share script calls — several per partition, several
+// partitions per call, more writes of one partition than a call holds —
+// and each is still its own step: its own sequence number, in order within
+// a document's partition, with exact counters and pending index.
+func TestWriteBatchSharesCalls(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	var reqs []WriteRequest
+	for i := range 3*maxCallWrites + 7 {
+		id := fmt.Sprint(i % 150)
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		put, err := change.ParsePut(s, id, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, WriteRequest{Coll: "c", ID: id, Change: put, Schema: s, Options: WriteOptions{TTL: time.Minute}})
+	}
+	// A batch holds no two writes of one document (WriteFields' contract);
+	// split it where a document comes back.
+	var results []WriteResult
+	for lo := 0; lo < len(reqs); lo += 150 {
+		rs, errs := b.WriteBatch(ctx, reqs[lo:min(lo+150, len(reqs))])
+		for i, err := range errs {
+			if err != nil || rs[i].Outcome != Buffered {
+				t.Fatalf("write %d: %+v %v", lo+i, rs[i], err)
+			}
+		}
+		results = append(results, rs...)
+	}
+	last := map[int]int64{} // partition → last seq
+	for i, r := range results {
+		p := b.Partition("c", reqs[i].ID)
+		if r.Seq <= last[p] {
+			t.Fatalf("write %d: seq %d after %d in partition %d", i, r.Seq, last[p], p)
+		}
+		last[p] = r.Seq
+	}
+	st, err := b.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	members := map[string]bool{}
+	for p := range b.Partitions() {
+		ms, err := b.rdb.ZRange(ctx, b.pendingKey(p), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			members[m] = true
+			es, err := b.rdb.LRange(ctx, b.bwKey(p, m), 0, -1).Result()
+			if err != nil || len(es) == 0 {
+				t.Fatalf("pending %s has no buffered write: %v", m, err)
+			}
+			for _, e := range es {
+				bytes += int64(len(e))
+			}
+		}
+	}
+	if st.PendingChanges != int64(len(reqs)) || st.PendingDocuments != 150 || len(members) != 150 || st.PinnedBytes != bytes {
+		t.Fatalf("stats %+v, %d pending members, %d bytes buffered; want %d changes, 150 documents, the bytes exact", st, len(members), bytes, len(reqs))
+	}
+	for id := range 150 {
+		if !members[Member("c", fmt.Sprint(id))] {
+			t.Fatalf("document %d is not in the pending index", id)
+		}
+	}
+}
+
+// A write Redis refuses fails alone: the writes before and after it in the
+// same call are buffered, and counted.
+func TestWriteBatchFailureIsPerWrite(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	ids := []string{"1", "2", "3"}
+	// All three in one partition, hence one call and one group.
+	for p := range 1 << 20 {
+		id := fmt.Sprint(p)
+		if b.Partition("c", id) == b.Partition("c", "1") && id != "1" {
+			if ids[1] == "2" {
+				ids[1] = id
+			} else {
+				ids[2] = id
+				break
+			}
+		}
+	}
+	// The middle document's buffered write is not a list.
+	if err := b.rdb.Set(ctx, b.bwKey(b.Partition("c", ids[1]), Member("c", ids[1])), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []WriteRequest
+	for _, id := range ids {
+		put, _ := change.ParsePut(s, id, []byte(`{"n":1}`))
+		reqs = append(reqs, WriteRequest{Coll: "c", ID: id, Change: put, Schema: s, Options: WriteOptions{TTL: time.Minute}})
+	}
+	rs, errs := b.WriteBatch(ctx, reqs)
+	if errs[0] != nil || errs[2] != nil || rs[0].Outcome != Buffered || rs[2].Outcome != Buffered {
+		t.Fatalf("the writes around the failing one: %+v %v, %+v %v; want both buffered", rs[0], errs[0], rs[2], errs[2])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
+		t.Fatalf("the failing write: %v; want Redis's WRONGTYPE error", errs[1])
+	}
+	st, _ := b.Stats(ctx)
+	if st.PendingChanges != 2 || st.PendingDocuments != 2 {
+		t.Fatalf("stats %+v; want the 2 buffered writes counted", st)
+	}
+}
+
+// A batch whose partitions lost their sequences is buffered after one
+// reseed, with sequence numbers above the reseeded ones.
+func TestWriteBatchReseedsOnce(t *testing.T) {
+	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
+	reseeds := 0
+	b.Reseed = func(ctx context.Context) error {
+		reseeds++
+		for p := range b.Partitions() {
+			if err := b.RaiseSeq(ctx, p, 1000); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var reqs []WriteRequest
+	for i := range 20 {
+		put, _ := change.ParsePut(s, fmt.Sprint(i), []byte(`{"n":1}`))
+		reqs = append(reqs, WriteRequest{Coll: "c", ID: fmt.Sprint(i), Change: put, Schema: s, Options: WriteOptions{TTL: time.Minute}})
+	}
+	rs, errs := b.WriteBatch(ctx, reqs)
+	for i, err := range errs {
+		if err != nil || rs[i].Outcome != Buffered || rs[i].Seq <= 1000 {
+			t.Fatalf("write %d: %+v %v; want buffered above the reseeded sequence", i, rs[i], err)
+		}
+	}
+	if reseeds != 1 {
+		t.Fatalf("%d reseeds; want 1", reseeds)
+	}
+}
+
+// The script names the pending member after the cache entry's key: the
+// keys it is given must be built as the buffer names them.
+func TestWriteCallKeys(t *testing.T) {
+	b, s := newTestBuffer(t), schema(t)
+	put, _ := change.ParsePut(s, "7", []byte(`{"n":1}`))
+	wc := b.writeCalls([]WriteRequest{{Coll: "c", ID: "7", Change: put, Schema: s}})[0]
+	p, m := b.Partition("c", "7"), Member("c", "7")
+	want := []string{b.pendingKey(p), b.statsKey(p), b.seqKey(p), b.cacheKey(p, m), b.bwKey(p, m), b.ileaseKey(p, m)}
+	if !slices.Equal(wc.keys, want) {
+		t.Fatalf("keys %q; want %q", wc.keys, want)
+	}
+	if tag := b.pendingKey(p)[:len(b.pendingKey(p))-len("pending")]; b.cacheKey(p, m) != tag+"c:"+m {
+		t.Fatalf("cache key %q is not the tag %q, \"c:\" and the member", b.cacheKey(p, m), tag)
 	}
 }

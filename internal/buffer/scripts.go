@@ -55,23 +55,36 @@ local function pop_prefix(bw, pending, stats, member, last)
 end
 `
 
-// writeScript buffers one change.
+// writeScript buffers changes. One call carries several writes and runs
+// each as its own step, in order, exactly as if each were a call of its
+// own; the writes come in groups, one per partition, whose keys all carry
+// the partition's hash tag (in a Redis Cluster a call holds one group).
+// What a call costs Redis beyond its writes' commands — parsing, setting
+// up the script, the reply, the clock — is paid once per call, and the
+// sequence check and the counter updates once per group.
 //
-// KEYS: 1 cache entry (hash), 2 buffered write (list), 3 pending index
-// (zset), 4 partition stats (hash), 5 partition sequence, 6 I leases (hash).
-// ARGV: 1 kind (P U D), 2 pending member, 3 body, 4 cache TTL ms,
-// 5 cache mode ("u" update the entry, "x" invalidate it) followed by flags
-// (below), 6 I-lease token, 7 I-lease lifetime ms, 8 base: "-" none, "0" the
-// store has no such document, "n" n base field pairs follow; then the base
-// pairs; then the cache operations: for P field/value pairs, for U triples
-// op/field/value (op S set, I integer increment, X float increment:
-// invalidate the entry).
+// ARGV[1] is the I-lease lifetime in ms. Then, per group: KEYS pending
+// index (zset), partition stats (hash), partition sequence; ARGV the
+// number of writes in the group. Then, per write of the group: KEYS cache
+// entry (hash), buffered write (list), I leases (hash), named as buffer.go
+// names them (the cache entry is the tag, "c:" and the pending member; the
+// pending index is the tag and "pending"); ARGV the number n of the
+// write's arguments that follow, then n arguments: 1 body (its first byte
+// is the kind: P U D), 2 cache mode ("u" update the entry, "x" invalidate
+// it) followed by flags (below), 3 cache TTL ms, 4 I-lease token, 5 base:
+// "-" none, "0" the store has no such document, "m" m base field pairs
+// follow; then the base pairs; then the cache operations: for P
+// field/value pairs, for U triples op/field/value (op S set, I integer
+// increment, X float increment: invalidate the entry).
 //
-// Returns {seq} when buffered, {0} when the document's existence is unknown
-// (no cache entry, nothing pending: the caller must read the store and call
-// again with the base and the same token, which this call registered as an I
-// lease), {-1} when a patch targets a missing document, {-2} when the token
-// was voided by a concurrent write (start over).
+// Returns one reply per write, in order: {seq} when buffered, {0} when the
+// document's existence is unknown (no cache entry, nothing pending: the
+// caller must read the store and call again with the base and the same
+// token, which this call registered as an I lease), {-1} when a patch
+// targets a missing document, {-2} when the token was voided by a
+// concurrent write (start over), {-6} when the partition's sequence is
+// missing (below), {-7, message} when Redis refused one of the write's
+// commands (out of memory, say): the other writes go on.
 //
 // Flags, for the Redis-protocol front door, whose replies report what a
 // write found (HSET's count of new fields, HINCRBY's new value, DEL's count),
@@ -93,137 +106,244 @@ end
 //   - "a" (if absent): a put that only creates. If the document exists it
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
+//
+// A counting HSET of a cached document costs five commands (HGET, INCR,
+// RPUSH, DEL of the I leases, HSET), plus ZADD when it makes the document
+// pending.
 var writeScript = redis.NewScript(luaEntry + `
--- A missing sequence means Redis lost it: INCR would restart at 1, below
--- the seqs the store recorded as applied, and the change would be skipped
--- as a duplicate. Refuse before touching anything; the caller reseeds.
-if redis.call('EXISTS', KEYS[5]) == 0 then return {-6} end
-local kind, member, body = ARGV[1], ARGV[2], ARGV[3]
-local ttl, token, lease = tonumber(ARGV[4]), ARGV[6], ARGV[7]
-local mode = string.sub(ARGV[5], 1, 1)
-local counting = string.find(ARGV[5], 'c', 2, true) ~= nil
-local ifabsent = string.find(ARGV[5], 'a', 2, true) ~= nil
-local cached = redis.call('EXISTS', KEYS[1]) == 1
-local blen = redis.call('LLEN', KEYS[2])
-local i = 9
-local nbase = 0
-if ARGV[8] ~= '-' then nbase = tonumber(ARGV[8]) end
-local base_at = i
-i = i + 2 * nbase
-if (kind == 'U' or counting or ifabsent) and not cached then
-  local exists
-  if blen > 0 then
-    local _, _, k = entry_seq_ms(redis.call('LINDEX', KEYS[2], -1))
-    exists = k ~= 'D'
-  elseif ARGV[8] == '-' then
-    redis.call('HSET', KEYS[6], token, 1)
-    redis.call('PEXPIRE', KEYS[6], lease)
-    return {0}
-  elseif redis.call('HEXISTS', KEYS[6], token) == 0 then
-    return {-2}
-  else
-    redis.call('HDEL', KEYS[6], token)
-    exists = nbase > 0
-    if exists and (mode == 'u' or counting) and kind ~= 'D' then
-      for j = base_at, base_at + 2 * nbase - 1, 2 do
-        redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1])
-      end
-      redis.call('PEXPIRE', KEYS[1], ttl)
-      cached = true
+local lease = ARGV[1]
+-- The writes of a call are buffered at one time, read once.
+local ms = tostring(now_ms())
+-- The current group's counters.
+local changes, bytes, docs = 0, 0, 0
+
+-- Commands with many arguments go in slices: unpack puts them all on the
+-- Lua stack, which holds a few thousand.
+local function hset_argv(key, from, to)
+  for s = from, to, 1000 do
+    redis.call('HSET', key, unpack(ARGV, s, math.min(s + 999, to)))
+  end
+end
+local function hset_list(key, list)
+  for s = 1, #list, 1000 do
+    redis.call('HSET', key, unpack(list, s, math.min(s + 999, #list)))
+  end
+end
+local function hmget(key, fields)
+  local vals = {}
+  for s = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, s, math.min(s + 999, #fields)))
+    for n = 1, #part do vals[s + n - 1] = part[n] end
+  end
+  return vals
+end
+
+-- write buffers one write of the partition whose pending index and
+-- sequence are pending and seqk: its keys are ck, bw, il and its arguments
+-- ARGV[a..z].
+local function write(pending, seqk, ck, bw, il, a, z)
+  local body, flags, ttl, token = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local kind = string.sub(body, 1, 1)
+  local mode = string.sub(flags, 1, 1)
+  local counting = string.find(flags, 'c', 2, true) ~= nil
+  local ifabsent = string.find(flags, 'a', 2, true) ~= nil
+  local nbase = 0
+  if ARGV[a + 4] ~= '-' then nbase = tonumber(ARGV[a + 4]) end
+  local base_at = a + 5
+  local i = base_at + 2 * nbase -- the first cache operation
+  -- A counting patch reads the fields it sets before writing them; one
+  -- found tells that the entry exists, which saves asking (entries hold
+  -- every column, so it is found whenever the entry exists).
+  local fields, olds
+  if counting and kind == 'U' then
+    fields = {}
+    for j = i, z, 3 do
+      if ARGV[j] == 'S' then fields[#fields + 1] = ARGV[j + 1] end
     end
   end
-  if not exists then
-    if kind ~= 'P' then return {-1} end
-  elseif ifabsent then
-    return {-3}
-  elseif counting and kind == 'U' and not cached then
-    return {-4}
-  end
-elseif ifabsent and cached then
-  return {-3}
-end
--- Counting: look at the entry before the write, and refuse what Redis
--- would refuse before anything is buffered.
-local added, removed, value = 0, 0, false
-if counting and kind == 'U' then
-  for j = i, #ARGV, 3 do
-    local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
-    local cur = redis.call('HGET', KEYS[1], f)
-    local was = cur and cur ~= 'null'
-    if op == 'S' then
-      if v == 'null' then
-        if was then removed = removed + 1 end
-      elseif not was then
-        added = added + 1
-      end
-    elseif op == 'I' then
-      -- The only operation: applied to the entry here, where an overflow
-      -- can still be refused (HINCRBY changes nothing when it fails).
-      if not was then
-        redis.call('HSET', KEYS[1], f, v)
-      else
-        local r = redis.pcall('HINCRBY', KEYS[1], f, v)
-        if type(r) == 'table' and r.err then return {-5} end
-      end
-      -- Read back as a string: Lua numbers are doubles.
-      value = redis.call('HGET', KEYS[1], f)
+  local function read_olds()
+    if #fields == 1 then
+      olds = {redis.call('HGET', ck, fields[1])}
+    elseif #fields > 1 then
+      olds = hmget(ck, fields)
     else
-      if was then
-        local sum = tonumber(cur) + tonumber(v)
-        if sum ~= sum or sum == math.huge or sum == -math.huge then return {-5} end
-        value = cur
+      olds = {}
+    end
+    for n = 1, #fields do
+      if olds[n] then return true end
+    end
+    return false
+  end
+  local needs = kind == 'U' or counting or ifabsent
+  local cached = false
+  if needs then
+    cached = (fields and #fields > 0 and read_olds()) or redis.call('EXISTS', ck) == 1
+  end
+  if needs and not cached then
+    local exists
+    local last = redis.call('LINDEX', bw, -1)
+    if last then
+      local _, _, lk = entry_seq_ms(last)
+      exists = lk ~= 'D'
+    elseif ARGV[a + 4] == '-' then
+      redis.call('HSET', il, token, 1)
+      redis.call('PEXPIRE', il, lease)
+      return {0}
+    elseif redis.call('HEXISTS', il, token) == 0 then
+      return {-2}
+    else
+      redis.call('HDEL', il, token)
+      exists = nbase > 0
+      if exists and (mode == 'u' or counting) and kind ~= 'D' then
+        hset_argv(ck, base_at, i - 1)
+        redis.call('PEXPIRE', ck, ttl)
+        cached = true
+        olds = nil -- read before the base was installed
       end
     end
+    if not exists then
+      if kind ~= 'P' then return {-1} end
+    elseif ifabsent then
+      return {-3}
+    elseif counting and kind == 'U' and not cached then
+      return {-4}
+    end
+  elseif ifabsent and cached then
+    return {-3}
   end
-end
-local seq = redis.call('INCR', KEYS[5])
-local e = seq .. '|' .. now_ms() .. '|' .. body
-redis.call('RPUSH', KEYS[2], e)
-redis.call('HINCRBY', KEYS[4], 'changes', 1)
-redis.call('HINCRBY', KEYS[4], 'bytes', #e)
-if blen == 0 then
-  redis.call('ZADD', KEYS[3], 'NX', string.match(e, '^%d+|(%d+)|'), member)
-  redis.call('HINCRBY', KEYS[4], 'docs', 1)
-end
--- A reader that missed before this write may be computing an older value:
--- void its I lease so that it cannot install it.
-redis.call('DEL', KEYS[6])
-if mode == 'x' or kind == 'D' then
-  redis.call('DEL', KEYS[1])
-elseif kind == 'P' then
-  redis.call('DEL', KEYS[1])
-  for j = i, #ARGV, 2 do
-    redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1])
-  end
-  redis.call('PEXPIRE', KEYS[1], ttl)
-elseif cached then
-  for j = i, #ARGV, 3 do
-    local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
-    if op == 'S' then
-      redis.call('HSET', KEYS[1], f, v)
-    elseif op == 'I' then
-      if not counting then
-        local cur = redis.call('HGET', KEYS[1], f)
-        if (not cur) or cur == 'null' then
-          redis.call('HSET', KEYS[1], f, v)
-        else
-          -- An entry that does not hold an integer here cannot be patched
-          -- in place; drop it and let the next read recompute it.
-          local r = redis.pcall('HINCRBY', KEYS[1], f, v)
-          if type(r) == 'table' and r.err then
-            redis.call('DEL', KEYS[1])
-            break
+  -- Counting: look at the entry before the write, and refuse what Redis
+  -- would refuse before anything is buffered.
+  local added, removed, value = 0, 0, false
+  if counting and kind == 'U' then
+    if not olds then read_olds() end
+    local n = 0
+    for j = i, z, 3 do
+      local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+      if op == 'S' then
+        n = n + 1
+        local cur = olds[n]
+        local was = cur and cur ~= 'null'
+        if v == 'null' then
+          if was then removed = removed + 1 end
+        elseif not was then
+          added = added + 1
+        end
+      else
+        local cur = redis.call('HGET', ck, f)
+        local was = cur and cur ~= 'null'
+        if op == 'I' then
+          -- The only operation: applied to the entry here, where an
+          -- overflow can still be refused (HINCRBY changes nothing when it
+          -- fails).
+          if not was then
+            redis.call('HSET', ck, f, v)
+          else
+            local r = redis.pcall('HINCRBY', ck, f, v)
+            if type(r) == 'table' and r.err then return {-5} end
           end
+          -- Read back as a string: Lua numbers are doubles.
+          value = redis.call('HGET', ck, f)
+        elseif was then
+          local sum = tonumber(cur) + tonumber(v)
+          if sum ~= sum or sum == math.huge or sum == -math.huge then return {-5} end
+          value = cur
         end
       end
-    else
-      redis.call('DEL', KEYS[1])
-      break
     end
   end
+  local seq = redis.call('INCR', seqk)
+  local e = seq .. '|' .. ms .. '|' .. body
+  local len = redis.call('RPUSH', bw, e)
+  changes, bytes = changes + 1, bytes + #e
+  if len == 1 then
+    -- Pending from now on; the member is the cache entry's name after the
+    -- tag and "c:".
+    redis.call('ZADD', pending, 'NX', ms, string.sub(ck, #pending - 4))
+    docs = docs + 1
+  end
+  -- A reader that missed before this write may be computing an older value:
+  -- void its I lease so that it cannot install it.
+  redis.call('DEL', il)
+  if mode == 'x' or kind == 'D' then
+    redis.call('DEL', ck)
+  elseif kind == 'P' then
+    redis.call('DEL', ck)
+    hset_argv(ck, i, z)
+    redis.call('PEXPIRE', ck, ttl)
+  elseif cached then
+    -- The sets go in one HSET, after the increments: a column is never in
+    -- both.
+    local sets = {}
+    for j = i, z, 3 do
+      local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+      if op == 'S' then
+        sets[#sets + 1] = f
+        sets[#sets + 1] = v
+      elseif op == 'I' then
+        if not counting then
+          local cur = redis.call('HGET', ck, f)
+          if (not cur) or cur == 'null' then
+            redis.call('HSET', ck, f, v)
+          else
+            -- An entry that does not hold an integer here cannot be
+            -- patched in place; drop it and let the next read recompute
+            -- it.
+            local r = redis.pcall('HINCRBY', ck, f, v)
+            if type(r) == 'table' and r.err then
+              redis.call('DEL', ck)
+              sets = nil
+              break
+            end
+          end
+        end
+      else
+        redis.call('DEL', ck)
+        sets = nil
+        break
+      end
+    end
+    if sets and #sets > 0 then hset_list(ck, sets) end
+  end
+  if counting then return {seq, added, removed, value} end
+  return {seq}
 end
-if counting then return {seq, added, removed, value} end
-return {seq}
+
+local out = {}
+local a, k = 2, 0
+while k < #KEYS do
+  local pending, sk, seqk = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local nw = tonumber(ARGV[a])
+  a, k = a + 1, k + 3
+  -- A missing sequence means Redis lost it: INCR would restart at 1, below
+  -- the seqs the store recorded as applied, and the changes would be
+  -- skipped as duplicates. Refuse before touching anything; the caller
+  -- reseeds.
+  local seqok = redis.call('EXISTS', seqk) == 1
+  changes, bytes, docs = 0, 0, 0
+  for w = 1, nw do
+    local n = tonumber(ARGV[a])
+    local ok, r = true, {-6}
+    if seqok then
+      -- A command Redis refuses fails this write only, as it would fail
+      -- its own call: the writes before it are buffered, and reported so.
+      ok, r = pcall(write, pending, seqk, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], a + 1, a + n)
+      if not ok then
+        if type(r) == 'table' then r = r.err end
+        r = {-7, tostring(r)}
+      end
+    end
+    out[#out + 1] = r
+    a, k = a + n + 1, k + 3
+  end
+  -- The counters of every write buffered above, whatever became of the
+  -- writes after it.
+  if changes > 0 then
+    redis.call('HINCRBY', sk, 'changes', changes)
+    redis.call('HINCRBY', sk, 'bytes', bytes)
+    if docs > 0 then redis.call('HINCRBY', sk, 'docs', docs) end
+  end
+end
+return out
 `)
 
 // readScript returns the cache entry on a hit; on a miss it registers an I
