@@ -196,7 +196,13 @@ func (c *conn) readLoop() {
 	if c.s.opt.Token != "" {
 		authed = func() bool { return c.authed }
 	}
-	rd := redcon.NewReader(newFrameGuard(c.nc, c.s.opt.MaxCommandBytes, authed))
+	g := newFrameGuard(c.nc, c.s.opt.MaxCommandBytes, authed)
+	// The batch goes out when the reader is about to wait for the client:
+	// every command that had arrived is in it. Dispatching after each
+	// ReadCommands instead would cut a pipeline into pieces the size of
+	// redcon's buffer (4 KiB), each costing its own round trips to Redis.
+	g.idle = c.dispatch
+	rd := redcon.NewReader(g)
 	for {
 		cmds, err := rd.ReadCommands()
 		if err != nil {
@@ -223,7 +229,6 @@ func (c *conn) readLoop() {
 				c.dispatch()
 			}
 		}
-		c.dispatch()
 	}
 }
 

@@ -56,6 +56,9 @@ type frameGuard struct {
 	r          io.Reader
 	maxCommand int64
 	authed     func() bool // nil: no token configured
+	// idle, if set, is called before each read from r that may wait: by
+	// then everything read so far has been handed over.
+	idle func()
 
 	in  []byte // read from r, not yet processed
 	out []byte // processed, not yet handed over (a window of buf)
@@ -84,6 +87,9 @@ func (g *frameGuard) Read(p []byte) (int, error) {
 	for len(g.out) == 0 {
 		if g.err != nil {
 			return 0, g.err
+		}
+		if g.idle != nil {
+			g.idle()
 		}
 		n, err := g.r.Read(g.in)
 		g.out = g.buf[:0]
