@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"sync"
 
 	"github.com/writeback/writeback/internal/buffer"
@@ -156,6 +157,15 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done func(i 
 		st, err := s.newFieldState(&ws[i])
 		if err != nil {
 			done(i, FieldResult{}, err)
+			continue
+		}
+		if st.c.Policy == WriteBack && s.fallback.Load() {
+			// Writing through, it goes to the store first (applyFirst),
+			// not to Redis with the others.
+			go func() {
+				r, err := s.runField(ctx, st, nil)
+				done(i, r, err)
+			}()
 			continue
 		}
 		states[i] = st
@@ -322,7 +332,8 @@ func (st *fieldState) request() buffer.WriteRequest {
 }
 
 // runField drives a field write to its end, starting from the answer to its
-// first attempt when first is not nil.
+// first attempt when first is not nil; without one it takes the fallback's
+// first step (applyFirst).
 //
 // The interleavings it handles: a document that is neither cached nor
 // pending needs its store row (NeedBase), read under the I lease the first
@@ -333,6 +344,11 @@ func (st *fieldState) request() buffer.WriteRequest {
 // a missing document becomes a create, which only creates (IfAbsent): if
 // another client created the document in between, it becomes a patch again.
 func (s *Service) runField(ctx context.Context, st *fieldState, first *buffer.WriteResult) (FieldResult, error) {
+	if first == nil {
+		if err := s.applyFirst(ctx, st); err != nil {
+			return FieldResult{}, err
+		}
+	}
 	restarts := 0
 	for step := 0; step < 4*maxVoided; step++ {
 		var r buffer.WriteResult
@@ -390,6 +406,22 @@ func (s *Service) runField(ctx context.Context, st *fieldState, first *buffer.Wr
 		st.reset()
 	}
 	return FieldResult{}, ErrConflict
+}
+
+// applyFirst is what the HTTP API's writes do first (Service.write) while
+// pinned memory is over its limit and write-back collections write
+// through: a write to a write-back collection applies the document's
+// pending changes to the store before its own (which acknowledge then
+// applies), so that they reach the store in order, and it is refused —
+// before anything is buffered — when the store cannot take them.
+func (s *Service) applyFirst(ctx context.Context, st *fieldState) error {
+	if st.c.Policy != WriteBack || !s.fallback.Load() {
+		return nil
+	}
+	if err := s.app.ApplyDoc(ctx, st.c.Name, st.id, math.MaxInt64); err != nil {
+		return &StoreError{Err: err}
+	}
+	return nil
 }
 
 // toCreate turns the write into a create of the document.
