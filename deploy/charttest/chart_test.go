@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -223,6 +224,12 @@ func TestAppSidecar(t *testing.T) {
 	}
 	if !strings.Contains(raw, "dsnEnv: WRITEBACK_STORE_PG_DSN") {
 		t.Errorf("writeback.yaml does not name the DSN's env var:\n%s", raw)
+	}
+	if q := cfg.Queues["bank"]; q.Store != "pg" || !reflect.DeepEqual(q.Tables, []string{"account"}) || len(cfg.Mappings) != 1 || cfg.Mappings[0]["plugin"] != "sql" {
+		t.Errorf("queues = %+v, mappings = %+v: want the bank queue and the sql mapping", cfg.Queues, cfg.Mappings)
+	}
+	if cfg.Writeback.SessionTimeout.Duration != 20*time.Second {
+		t.Errorf("writeback.sessionTimeout = %v, want 20s", cfg.Writeback.SessionTimeout)
 	}
 
 	// The headless metrics Service scrapes the sidecar's port of the app pods.

@@ -109,6 +109,8 @@ store names the env var holding its DSN with dsnEnv.
 {{- $cfg := dict "listen" (include "writeback.listen" .) "redis" $redis "stores" $stores "collections" $v.collections "log" $v.log }}
 {{- with $v.writeback }}{{ $_ := set $cfg "writeback" . }}{{ end }}
 {{- with $v.limits }}{{ $_ := set $cfg "limits" . }}{{ end }}
+{{- with $v.queues }}{{ $_ := set $cfg "queues" . }}{{ end }}
+{{- with $v.mappings }}{{ $_ := set $cfg "mappings" . }}{{ end }}
 # writeback.yaml, rendered by the writeback Helm chart (release {{ .Release.Name }}).
 # Secrets are not in this file: see dsnEnv, WRITEBACK_REDIS_PASSWORD and WRITEBACK_AUTH_TOKEN.
 {{ toYaml $cfg }}
