@@ -490,3 +490,106 @@ func (o respOps) inc(ctx context.Context, coll string, id int, amt int64) error 
 func (o respOps) set(ctx context.Context, coll string, id int, val string) error {
 	return o.rc.HSet(ctx, fmt.Sprintf("%s/%d", coll, id), "s", val).Err()
 }
+
+// Durability acceptance 3 through RESP: TestPinnedMemoryFallback's
+// workload — HINCRBY with the store stopped and an 8 KiB pinned-memory
+// limit — over the front door. Once write-back collections fall back to
+// write-through, a field write first applies the document's pending
+// changes, as an HTTP write does, so with the store down it is refused
+// without buffering anything (pinned memory stops growing), alone or in a
+// pipeline; when the store returns everything drains and the database
+// equals the model.
+func TestRESPPinnedMemoryFallback(t *testing.T) {
+	const docs = 10
+	e := newEnv(t, docs)
+	px := newProxy(t, "127.0.0.1:5432")
+	e.dsns["pg"] = strings.Replace(e.dsns["pg"], "127.0.0.1:5432", px.addr, 1)
+	addr, raddr := freeAddr(t), freeAddr(t)
+	path := e.config(addr, "write-back", "listenResp: "+raddr+"\n")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), "  pollInterval: 10ms\n", "  pollInterval: 10ms\n  pinnedMemoryLimit: 8KiB\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := start(t, path, addr)
+	rc := respClient(t, raddr, 3)
+	ctx := context.Background()
+	coll := e.coll("pg")
+	key := func(id int) string { return fmt.Sprintf("%s/%d", coll, id) }
+	for id := 1; id <= docs; id++ {
+		if err := rc.HGetAll(ctx, key(id)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	models := make([]docModel, docs+1)
+	for id := range models {
+		models[id].sets = []setOp{{val: "init", acked: true}}
+	}
+	px.cut()
+	// Buffer until the limit trips: the first refused write.
+	var i int
+	for i = 0; i < 20000; i++ {
+		id, amt := i%docs+1, int64(1000+i)
+		if err := rc.HIncrBy(ctx, key(id), "n", amt).Err(); err != nil {
+			if !strings.Contains(err.Error(), "store is unavailable") {
+				t.Fatalf("write %d: %v; want the store's unavailability once over the limit", i, err)
+			}
+			models[id].uncertain = append(models[id].uncertain, amt)
+			break
+		}
+		models[id].acked += amt
+	}
+	if i == 20000 {
+		t.Fatal("20000 writes buffered with the store down and an 8 KiB limit: no fallback")
+	}
+	st, err := sc.c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Collections[0].WriteThroughFallback {
+		t.Fatalf("over the limit but status does not show the fallback: %+v", st.Collections)
+	}
+	pinned := st.PinnedBytes
+	for k := range 10 {
+		id, amt := k%docs+1, int64(500000+k)
+		models[id].uncertain = append(models[id].uncertain, amt)
+		if err := rc.HIncrBy(ctx, key(id), "n", amt).Err(); err == nil || !strings.Contains(err.Error(), "store is unavailable") {
+			t.Fatalf("a write in fallback with the store down: %v; want the store's unavailability", err)
+		}
+	}
+	pipe := rc.Pipeline()
+	var cmds []*redis.IntCmd
+	for k := range 2 * docs {
+		id, amt := k%docs+1, int64(700000+k)
+		models[id].uncertain = append(models[id].uncertain, amt)
+		cmds = append(cmds, pipe.HIncrBy(ctx, key(id), "n", amt))
+	}
+	_, _ = pipe.Exec(ctx)
+	for k, c := range cmds {
+		if err := c.Err(); err == nil || !strings.Contains(err.Error(), "store is unavailable") {
+			t.Fatalf("pipelined write %d in fallback with the store down: %v; want the store's unavailability", k, err)
+		}
+	}
+	if st, _ := sc.c.Status(ctx); st.PinnedBytes != pinned {
+		t.Errorf("pinned bytes grew from %d to %d while writes were refused", pinned, st.PinnedBytes)
+	}
+	t.Logf("fallback after %d buffered writes, %d bytes pinned (limit 8 KiB)", i, pinned)
+	px.restore(t)
+	waitFor(t, 30*time.Second, "the buffer to drain and write-back to resume", func() bool {
+		st, err := sc.c.Status(ctx)
+		return err == nil && st.Pending == 0 && !st.Collections[0].WriteThroughFallback
+	})
+	if err := rc.HIncrBy(ctx, key(1), "n", 7).Err(); err != nil {
+		t.Fatalf("a write after recovery: %v", err)
+	}
+	models[1].acked += 7
+	sc.flush(t)
+	rows := e.rows("pg")
+	for id := 1; id <= docs; id++ {
+		if err := models[id].check(rows[int64(id)].N, "init"); err != nil {
+			t.Errorf("row %d: %v", id, err)
+		}
+	}
+}
