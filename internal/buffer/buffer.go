@@ -462,14 +462,30 @@ func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
 		wc.args = append(wc.args, n)
 		for _, i := range is[g : g+n] {
 			r := reqs[i]
-			m := Member(r.Coll, r.ID)
-			// As cacheKey, bwKey and ileaseKey name them.
-			wc.keys = append(wc.keys, tag+"c:"+m, tag+"b:"+m, tag+"i:"+m)
+			wc.keys = appendDocKeys(wc.keys, tag, r.Coll, r.ID)
 			wc.args = appendWriteArgs(wc.args, r)
 		}
 		g += n
 	}
 	return wc
+}
+
+// appendDocKeys appends a document's cache entry, buffered write and I
+// leases, named as cacheKey, bwKey and ileaseKey name them, in one
+// allocation.
+func appendDocKeys(keys []string, tag, coll, id string) []string {
+	n := len(tag) + len("c:") + len(coll) + len(":") + len(id)
+	var sb strings.Builder
+	sb.Grow(3 * n)
+	for _, kind := range [...]string{"c:", "b:", "i:"} {
+		sb.WriteString(tag)
+		sb.WriteString(kind)
+		sb.WriteString(coll)
+		sb.WriteByte(':')
+		sb.WriteString(id)
+	}
+	all := sb.String()
+	return append(keys, all[:n], all[n:2*n], all[2*n:])
 }
 
 // writeModes are the cache modes and flags of writeScript, by

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -183,11 +184,11 @@ func writableColumn(s *change.Schema, coll string, name []byte) (change.Column, 
 // other columns null) when it does not exist. HSET answers how many fields
 // were absent (or null) before, HMSET OK.
 func cmdHSet(c *conn, j *job, args [][]byte) {
-	name := strings.ToLower(string(args[0]))
 	if len(args)%2 != 0 {
-		j.fail(errArity(name))
+		j.fail(errArity(strings.ToLower(string(args[0]))))
 		return
 	}
+	hmset := bytes.EqualFold(args[0], []byte("hmset"))
 	pairs := args[2:]
 	writeOne(c, j, args[1], func(r docs.Ref) (*docs.FieldWrite, *respError) {
 		s := r.Coll.Table.Schema
@@ -205,7 +206,7 @@ func cmdHSet(c *conn, j *job, args [][]byte) {
 		}
 		return &docs.FieldWrite{Op: docs.SetFields, Set: set}, nil
 	}, func(j *job, r docs.FieldResult) {
-		if name == "hmset" {
+		if hmset {
 			j.reply(ok)
 			return
 		}
