@@ -306,9 +306,9 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 		return results, errs
 	}
 	calls := b.writeCalls(reqs)
-	if _, cluster := b.rdb.(*redis.ClusterClient); cluster && b.Replicas > 0 {
-		// One WAIT cannot cover writes spread over several nodes: each
-		// call waits on its own node.
+	if _, cluster := b.rdb.(*redis.ClusterClient); len(calls) == 1 || cluster && b.Replicas > 0 {
+		// One call needs no pipeline. And one WAIT cannot cover writes
+		// spread over several nodes: each call waits on its own node.
 		for _, wc := range calls {
 			v, replErr, err := b.runWrite(ctx, wc)
 			b.settle(wc, v, replErr, err, results, errs)
