@@ -129,13 +129,22 @@ local function hset_list(key, list)
     redis.call('HSET', key, unpack(list, s, math.min(s + 999, #list)))
   end
 end
-local function hmget(key, fields)
+-- read_olds returns the values of the fields of hash key (nil: absent)
+-- and whether any is present.
+local function read_olds(key, fields)
   local vals = {}
-  for s = 1, #fields, 1000 do
-    local part = redis.call('HMGET', key, unpack(fields, s, math.min(s + 999, #fields)))
-    for n = 1, #part do vals[s + n - 1] = part[n] end
+  if #fields == 1 then
+    vals[1] = redis.call('HGET', key, fields[1])
+  else
+    for s = 1, #fields, 1000 do
+      local part = redis.call('HMGET', key, unpack(fields, s, math.min(s + 999, #fields)))
+      for n = 1, #part do vals[s + n - 1] = part[n] end
+    end
   end
-  return vals
+  for n = 1, #fields do
+    if vals[n] then return vals, true end
+  end
+  return vals, false
 end
 
 -- write buffers one write of the partition whose pending index and
@@ -161,23 +170,13 @@ local function write(pending, seqk, ck, bw, il, a, z)
       if ARGV[j] == 'S' then fields[#fields + 1] = ARGV[j + 1] end
     end
   end
-  local function read_olds()
-    if #fields == 1 then
-      olds = {redis.call('HGET', ck, fields[1])}
-    elseif #fields > 1 then
-      olds = hmget(ck, fields)
-    else
-      olds = {}
-    end
-    for n = 1, #fields do
-      if olds[n] then return true end
-    end
-    return false
-  end
   local needs = kind == 'U' or counting or ifabsent
   local cached = false
-  if needs then
-    cached = (fields and #fields > 0 and read_olds()) or redis.call('EXISTS', ck) == 1
+  if fields and #fields > 0 then
+    olds, cached = read_olds(ck, fields)
+  end
+  if needs and not cached then
+    cached = redis.call('EXISTS', ck) == 1
   end
   if needs and not cached then
     local exists
@@ -215,7 +214,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
   -- would refuse before anything is buffered.
   local added, removed, value = 0, 0, false
   if counting and kind == 'U' then
-    if not olds then read_olds() end
+    if not olds then olds = read_olds(ck, fields) end
     local n = 0
     for j = i, z, 3 do
       local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
