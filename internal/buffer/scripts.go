@@ -9,7 +9,8 @@ import "github.com/redis/go-redis/v9"
 // sequence number, the Redis time it was buffered at, and the change body
 // from change.Encode.
 
-// luaHeadSeq parses the sequence and time of a buffered-write entry.
+// luaEntry parses the sequence, time and kind of a buffered-write entry, and
+// reads Redis's clock in milliseconds.
 const luaEntry = `
 local function entry_seq_ms(e)
   local p = string.find(e, '|', 1, true)
