@@ -376,28 +376,35 @@ func (h *Handler) scan(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
-	var req struct {
-		Timeout string `json:"timeout"`
-	}
+// flushTimeout reads a flush request's optional body, {"timeout":"30s"}
+// (default 60 s).
+func flushTimeout(r *http.Request) (time.Duration, error) {
+	var req client.FlushRequest
 	body, err := readBody(r)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return apiError(http.StatusBadRequest, "invalid_argument", "the flush body must be {\"timeout\":\"30s\"}")
+			return 0, apiError(http.StatusBadRequest, "invalid_argument", `the flush body must be {"timeout":"30s"}`)
 		}
 	}
-	timeout := 60 * time.Second
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("timeout %q is not a positive duration such as 30s", req.Timeout))
-		}
-		timeout = d
+	if req.Timeout == "" {
+		return 60 * time.Second, nil
+	}
+	d, err := time.ParseDuration(req.Timeout)
+	if err != nil || d <= 0 {
+		return 0, apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("timeout %q is not a positive duration such as 30s", req.Timeout))
+	}
+	return d, nil
+}
+
+func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
+	timeout, err := flushTimeout(r)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"time"
 
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/session"
@@ -172,25 +171,9 @@ func deadLetters(dls []session.DeadLetter) []client.QueueDeadLetter {
 }
 
 func (sh *sessionHandler) flush(w http.ResponseWriter, r *http.Request) error {
-	var req client.FlushRequest
-	body, err := readBody(r)
+	timeout, err := flushTimeout(r)
 	if err != nil {
 		return err
-	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return apiError(http.StatusBadRequest, "invalid_argument", `the flush body must be {"timeout":"30s"}`)
-		}
-	}
-	timeout := 60 * time.Second
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("timeout %q is not a positive duration such as 30s", req.Timeout))
-		}
-		timeout = d
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()

@@ -109,7 +109,7 @@ func (s *mongoStore) Read(ctx context.Context, t *Table, collection, id string) 
 	if err != nil {
 		return nil, 0, classifyMongo(err)
 	}
-	return fromBSON(raw)
+	return FromBSON(raw)
 }
 
 // ReadMany returns the documents of ids and their stamps, in one query.
@@ -121,7 +121,7 @@ func (s *mongoStore) ReadMany(ctx context.Context, t *Table, ids []string) (map[
 	defer cur.Close(ctx)
 	out := make(map[string]Stored, len(ids))
 	for cur.Next(ctx) {
-		doc, stamp, err := fromBSON(cur.Current)
+		doc, stamp, err := FromBSON(cur.Current)
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +149,7 @@ func (s *mongoStore) Scan(ctx context.Context, t *Table, from string, limit int)
 	defer cur.Close(ctx)
 	var out []change.Doc
 	for cur.Next(ctx) {
-		doc, _, err := fromBSON(cur.Current)
+		doc, _, err := FromBSON(cur.Current)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +328,7 @@ func (s *mongoStore) replaceWith(ctx context.Context, coll *mongo.Collection, w 
 		if err != nil {
 			return false, classifyMongo(err)
 		}
-		doc, stamp, err := fromBSON(raw)
+		doc, stamp, err := FromBSON(raw)
 		if err != nil {
 			return false, &Error{Permanent: true, Err: err}
 		}

@@ -22,12 +22,12 @@ import (
 // document written by another program survives a round trip through the
 // cache untouched.
 
-// toBSON converts a canonical JSON value to BSON. The driver's Extended
+// ToBSON converts a canonical JSON value to BSON. The driver's Extended
 // JSON parser (relaxed mode) reads plain JSON numbers exactly by the
 // change package's rule, and turns {"$oid": …} and the like into their
 // BSON types; client values never hold such objects (their field names
 // cannot start with '$').
-func toBSON(v json.RawMessage) (bson.RawValue, error) {
+func ToBSON(v json.RawMessage) (bson.RawValue, error) {
 	var holder bson.Raw
 	wrapped := make([]byte, 0, len(v)+6)
 	wrapped = append(append(append(wrapped, `{"v":`...), v...), '}')
@@ -93,9 +93,9 @@ func stampUpdate(u json.RawMessage, stamp int64) (bson.Raw, error) {
 	return out, nil
 }
 
-// fromBSON converts a stored document to a Doc and its applied-seq stamp
+// FromBSON converts a stored document to a Doc and its applied-seq stamp
 // (0 when it has none), leaving the stamp out of the Doc.
-func fromBSON(raw bson.Raw) (change.Doc, int64, error) {
+func FromBSON(raw bson.Raw) (change.Doc, int64, error) {
 	elems, err := raw.Elements()
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: malformed document: %w", err)

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/internal/testenv"
 )
 
@@ -202,7 +203,7 @@ func throughServerOps(ctx context.Context, t *testing.T, coll *mongo.Collection,
 func insert(ctx context.Context, coll *mongo.Collection, doc change.Doc) error {
 	d := bson.D{}
 	for _, k := range sortedKeys(doc) {
-		v, err := toBSON(doc[k])
+		v, err := store.ToBSON(doc[k])
 		if err != nil {
 			return err
 		}
@@ -215,11 +216,11 @@ func insert(ctx context.Context, coll *mongo.Collection, doc change.Doc) error {
 }
 
 func update(ctx context.Context, coll *mongo.Collection, id string, u json.RawMessage) error {
-	ub, err := toBSON(u)
+	ub, err := store.ToBSON(u)
 	if err != nil {
 		return err
 	}
-	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, ub)
+	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, ub.Document())
 	if err != nil {
 		return err
 	}
@@ -235,147 +236,13 @@ func read(ctx context.Context, t *testing.T, coll *mongo.Collection, id string) 
 	if err != nil {
 		t.Fatalf("read %s: %v", id, err)
 	}
-	elems, err := raw.Elements()
+	// The MongoDB store's own conversion, which its tests check on its own
+	// (int32/int64/double kinds, Extended JSON for other types).
+	doc, _, err := store.FromBSON(raw)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("read %s: %v", id, err)
 	}
-	// Through the change package's parser, so that both sides are in the
-	// same canonical form.
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, e := range elems {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(e.Key())
-		b.Write(k)
-		b.WriteByte(':')
-		if err := writeJSON(&b, e.Value()); err != nil {
-			t.Fatalf("read %s: %v", id, err)
-		}
-	}
-	b.WriteByte('}')
-	s, _ := change.NewDynamicSchema("_id")
-	c, err := change.ParsePut(s, id, b.Bytes())
-	if err != nil {
-		t.Fatalf("read %s: %s: %v", id, b.Bytes(), err)
-	}
-	return c.Doc
-}
-
-// toBSON converts canonical JSON into BSON: objects keep their field
-// order; an integer literal becomes an int32 when it fits, else an int64;
-// any other number a double (the change package's number kinds).
-func toBSON(v json.RawMessage) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(v))
-	dec.UseNumber()
-	return readBSON(dec)
-}
-
-func readBSON(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if t == '{' {
-			d := bson.D{}
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := readBSON(dec)
-				if err != nil {
-					return nil, err
-				}
-				d = append(d, bson.E{Key: k.(string), Value: v})
-			}
-			_, err := dec.Token()
-			return d, err
-		}
-		a := bson.A{}
-		for dec.More() {
-			v, err := readBSON(dec)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, v)
-		}
-		_, err := dec.Token()
-		return a, err
-	case json.Number:
-		s := string(t)
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 32); err == nil {
-				return int32(n), nil
-			}
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return n, nil
-			}
-		}
-		return strconv.ParseFloat(s, 64)
-	case string, bool, nil:
-		return t, nil
-	}
-	return nil, fmt.Errorf("unexpected JSON token %v", tok)
-}
-
-// writeJSON writes a BSON value as JSON: integers as integers, doubles with
-// an exponent (so that they stay doubles), documents in field order.
-func writeJSON(b *bytes.Buffer, v bson.RawValue) error {
-	switch v.Type {
-	case bson.TypeDouble:
-		b.WriteString(strconv.FormatFloat(v.Double(), 'e', -1, 64))
-	case bson.TypeInt32:
-		b.WriteString(strconv.FormatInt(int64(v.Int32()), 10))
-	case bson.TypeInt64:
-		b.WriteString(strconv.FormatInt(v.Int64(), 10))
-	case bson.TypeString:
-		s, _ := json.Marshal(v.StringValue())
-		b.Write(s)
-	case bson.TypeBoolean:
-		b.WriteString(strconv.FormatBool(v.Boolean()))
-	case bson.TypeNull:
-		b.WriteString("null")
-	case bson.TypeEmbeddedDocument:
-		elems, err := v.Document().Elements()
-		if err != nil {
-			return err
-		}
-		b.WriteByte('{')
-		for i, e := range elems {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			k, _ := json.Marshal(e.Key())
-			b.Write(k)
-			b.WriteByte(':')
-			if err := writeJSON(b, e.Value()); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-	case bson.TypeArray:
-		vals, err := v.Array().Values()
-		if err != nil {
-			return err
-		}
-		b.WriteByte('[')
-		for i, e := range vals {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := writeJSON(b, e); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
-	default:
-		return fmt.Errorf("unexpected BSON type %v", v.Type)
-	}
-	return nil
+	return doc
 }
 
 func equal(a, b change.Doc) bool {
