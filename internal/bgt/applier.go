@@ -281,40 +281,8 @@ func (a *Applier) tickOwnership(ctx context.Context) {
 		}
 		return
 	}
-	parts := a.buf.Partitions()
-	want := Share(parts, live)
-	owned := a.Owned()
-	keep := owned[:0:0]
-	for _, p := range owned {
-		ok, err := a.buf.Acquire(ctx, p, a.cfg.InstanceID, a.cfg.OwnerLease)
-		if err != nil || !ok {
-			a.setOwned(p, false)
-			if err == nil {
-				a.log.Info("lost ownership of partition", "partition", p)
-			}
-			continue
-		}
-		keep = append(keep, p)
-	}
-	for _, p := range Excess(keep, want) {
-		if err := a.buf.Release(ctx, p, a.cfg.InstanceID); err == nil {
-			a.setOwned(p, false)
-		}
-	}
-	if n := len(keep); n < want {
-		for _, p := range Candidates(parts, a.cfg.InstanceID) {
-			if n >= want || ctx.Err() != nil {
-				break
-			}
-			if a.isOwned(p) {
-				continue
-			}
-			ok, err := a.buf.Acquire(ctx, p, a.cfg.InstanceID, a.cfg.OwnerLease)
-			if err == nil && ok {
-				a.setOwned(p, true)
-				n++
-			}
-		}
+	for _, p := range rebalance(ctx, a.buf, a.cfg.InstanceID, a.cfg.OwnerLease, a.buf.Partitions(), live, a.Owned(), a.setOwned) {
+		a.log.Info("lost ownership of partition", "partition", p)
 	}
 	a.mu.Lock()
 	a.live = live

@@ -1,9 +1,61 @@
 package bgt
 
 import (
+	"context"
 	"hash/crc32"
 	"sort"
+	"time"
 )
+
+// leases are renewable ownership leases of numbered partitions (the
+// pending index's, or the session queues').
+type leases interface {
+	Acquire(ctx context.Context, p int, id string, lifetime time.Duration) (bool, error)
+	Release(ctx context.Context, p int, id string) error
+}
+
+// rebalance is one ownership tick of instance id among live sidecars: it
+// renews the owned partitions, gives up those above the fair share (so a
+// newcomer finds free ones) and takes free ones up to it (so a dead
+// sidecar's partitions are taken over once their leases expire). set is
+// told of every partition gained or given up; lost are the owned ones whose
+// lease could not be renewed.
+func rebalance(ctx context.Context, l leases, id string, lifetime time.Duration, parts, live int, owned []int, set func(p int, on bool)) (lost []int) {
+	want := Share(parts, live)
+	keep := make(map[int]bool, len(owned))
+	var kept []int
+	for _, p := range owned {
+		ok, err := l.Acquire(ctx, p, id, lifetime)
+		if err != nil || !ok {
+			set(p, false)
+			if err == nil {
+				lost = append(lost, p)
+			}
+			continue
+		}
+		keep[p] = true
+		kept = append(kept, p)
+	}
+	for _, p := range Excess(kept, want) {
+		if err := l.Release(ctx, p, id); err == nil {
+			set(p, false)
+		}
+	}
+	n := len(kept)
+	for _, p := range Candidates(parts, id) {
+		if n >= want || ctx.Err() != nil {
+			break
+		}
+		if keep[p] {
+			continue
+		}
+		if ok, err := l.Acquire(ctx, p, id, lifetime); err == nil && ok {
+			set(p, true)
+			n++
+		}
+	}
+	return lost
+}
 
 // Share is how many of parts partitions each of live sidecars should own:
 // ceil(parts/live). With every sidecar at or under its share and all of

@@ -185,35 +185,8 @@ func (a *QueueApplier) tickOwnership(ctx context.Context) {
 		}
 		return
 	}
-	parts := a.q.Keys().Partitions()
-	want := Share(parts, live)
-	var keep []int
-	for _, p := range a.Owned() {
-		ok, err := a.q.Acquire(ctx, p, a.cfg.InstanceID, a.cfg.OwnerLease)
-		if err != nil || !ok {
-			a.setOwned(p, false)
-			continue
-		}
-		keep = append(keep, p)
-	}
-	for _, p := range Excess(keep, want) {
-		if err := a.q.Release(ctx, p, a.cfg.InstanceID); err == nil {
-			a.setOwned(p, false)
-		}
-	}
-	if n := len(keep); n < want {
-		for _, p := range Candidates(parts, a.cfg.InstanceID) {
-			if n >= want || ctx.Err() != nil {
-				break
-			}
-			if a.isOwned(p) {
-				continue
-			}
-			if ok, err := a.q.Acquire(ctx, p, a.cfg.InstanceID, a.cfg.OwnerLease); err == nil && ok {
-				a.setOwned(p, true)
-				n++
-			}
-		}
+	for _, p := range rebalance(ctx, a.q, a.cfg.InstanceID, a.cfg.OwnerLease, a.q.Keys().Partitions(), live, a.Owned(), a.setOwned) {
+		a.log.Info("lost ownership of queue partition", "partition", p)
 	}
 	a.mu.Lock()
 	a.live = live
