@@ -112,9 +112,8 @@ type crashOps interface {
 func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills int, opsFor func(c int, current func() *sidecar) crashOps) (map[string][]*docModel, *sidecar) {
 	t.Helper()
 	faults := []string{"", "", "bgt.after-commit:1-6", "bgt.before-commit:1-6", "api.after-buffer:5-60"}
-	sc := start(t, cfg, addr)
-	var scMu sync.Mutex // guards sc
-	current := func() *sidecar { scMu.Lock(); defer scMu.Unlock(); return sc }
+	cr := newCrashing(t, cfg, addr)
+	current := cr.current
 
 	models := map[string][]*docModel{}
 	var modelMu sync.Mutex // guards models and the counters
@@ -194,25 +193,11 @@ func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills 
 	rng := rand.New(rand.NewPCG(1, 2))
 	for k := range kills {
 		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
-		old := current()
-		if !old.exited() {
-			old.kill()
-		}
-		var envs []string
-		if f := faults[k%len(faults)]; f != "" {
-			envs = append(envs, "WRITEBACK_FAULTS="+f)
-		}
-		next := startArmed(t, cfg, addr, envs...)
-		scMu.Lock()
-		sc = next
-		scMu.Unlock()
+		cr.restart(faults[k%len(faults)])
 	}
 	close(stop)
 	wg.Wait()
-	if last := current(); !last.exited() {
-		last.kill()
-	}
-	final := start(t, cfg, addr)
+	final := cr.final()
 	final.flush(t)
 	t.Logf("%d kills; writes: %d acknowledged, %d uncertain, %d refused while down", kills, acked, uncertain, refused)
 	if acked < 500 {

@@ -340,3 +340,53 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 func evict(e *env, coll, id string) error {
 	return buffer.New(e.redis, e.prefix, 16, time.Second).Evict(context.Background(), coll, id)
 }
+
+// crashing is the sidecar of a crash test: killed and restarted (possibly
+// armed with a fault point) while clients use whichever instance is
+// current.
+type crashing struct {
+	t         *testing.T
+	cfg, addr string
+	mu        sync.Mutex // guards sc
+	sc        *sidecar
+}
+
+func newCrashing(t *testing.T, cfg, addr string) *crashing {
+	t.Helper()
+	return &crashing{t: t, cfg: cfg, addr: addr, sc: start(t, cfg, addr)}
+}
+
+func (c *crashing) current() *sidecar {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sc
+}
+
+// restart SIGKILLs the current sidecar and starts one armed with fault
+// ("" for none, else WRITEBACK_FAULTS syntax). selfKilled reports that the
+// old one had already died at its armed fault point.
+func (c *crashing) restart(fault string) (selfKilled bool) {
+	c.t.Helper()
+	old := c.current()
+	if selfKilled = old.exited(); !selfKilled {
+		old.kill()
+	}
+	var envs []string
+	if fault != "" {
+		envs = append(envs, "WRITEBACK_FAULTS="+fault)
+	}
+	next := startArmed(c.t, c.cfg, c.addr, envs...)
+	c.mu.Lock()
+	c.sc = next
+	c.mu.Unlock()
+	return selfKilled
+}
+
+// final kills the last sidecar and starts an unarmed one.
+func (c *crashing) final() *sidecar {
+	c.t.Helper()
+	if last := c.current(); !last.exited() {
+		last.kill()
+	}
+	return start(c.t, c.cfg, c.addr)
+}

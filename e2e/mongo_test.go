@@ -224,17 +224,16 @@ func strs(v any) []string {
 func mongoWorkload(t *testing.T, e *mongoEnv, cfg, addr string, docs, clients, kills int, duration time.Duration) ([]*mdocModel, *sidecar) {
 	t.Helper()
 	faults := []string{"", "bgt.after-convert:1-6", "bgt.after-commit:1-6", "api.after-buffer:5-60", "bgt.after-convert:1-3"}
-	sc := start(t, cfg, addr)
+	cr := newCrashing(t, cfg, addr)
+	current := cr.current
 	ctx := context.Background()
 	models := make([]*mdocModel, docs)
 	for i := range models {
 		models[i] = newMDoc()
-		if _, err := sc.c.Put(ctx, e.coll, docID(i), map[string]any{"n": 0, "log": []string{}, "tags": []string{}}); err != nil {
+		if _, err := current().c.Put(ctx, e.coll, docID(i), map[string]any{"n": 0, "log": []string{}, "tags": []string{}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var scMu sync.Mutex // guards sc
-	current := func() *sidecar { scMu.Lock(); defer scMu.Unlock(); return sc }
 	var modelMu sync.Mutex // guards models and counters
 	var acked, uncertain, refused int64
 	stop := make(chan struct{})
@@ -326,31 +325,16 @@ func mongoWorkload(t *testing.T, e *mongoEnv, cfg, addr string, docs, clients, k
 	deadline := time.Now().Add(duration)
 	for k := 0; k < kills || time.Now().Before(deadline); k++ {
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
-		if k >= kills {
-			continue
+		if k < kills {
+			cr.restart(faults[k%len(faults)])
 		}
-		old := current()
-		if !old.exited() {
-			old.kill()
-		}
-		var envs []string
-		if f := faults[k%len(faults)]; f != "" {
-			envs = append(envs, "WRITEBACK_FAULTS="+f)
-		}
-		next := startArmed(t, cfg, addr, envs...)
-		scMu.Lock()
-		sc = next
-		scMu.Unlock()
 	}
 	close(stop)
 	wg.Wait()
 	if kills == 0 {
 		return models, current()
 	}
-	if last := current(); !last.exited() {
-		last.kill()
-	}
-	final := start(t, cfg, addr)
+	final := cr.final()
 	final.flush(t)
 	t.Logf("%d kills; writes: %d acknowledged, %d uncertain, %d refused while down", kills, acked, uncertain, refused)
 	if acked < 300 {

@@ -186,9 +186,8 @@ func TestSessionCrashRecovery(t *testing.T) {
 	addr := freeAddr(t)
 	cfg := sessionConfig(t, addr, "", "", banks...)
 	faults := []string{"", "bgt.queue-after-commit:1-6", "", "bgt.queue-before-commit:1-6", "session.after-commit:2-20", "bgt.queue-after-commit:1-3"}
-	sc := start(t, cfg, addr)
-	var scMu sync.Mutex // guards sc
-	current := func() *sidecar { scMu.Lock(); defer scMu.Unlock(); return sc }
+	cr := newCrashing(t, cfg, addr)
+	current := cr.current
 
 	var mu sync.Mutex // guards acked, uncertain and the counters
 	acked, uncertain := map[string]seqSession{}, map[string]seqSession{}
@@ -233,27 +232,13 @@ func TestSessionCrashRecovery(t *testing.T) {
 	atFault := 0
 	for k := range kills {
 		time.Sleep(time.Duration(200+rng.IntN(400)) * time.Millisecond)
-		old := current()
-		if old.exited() {
+		if cr.restart(faults[k%len(faults)]) {
 			atFault++ // it killed itself at its armed fault point
-		} else {
-			old.kill()
 		}
-		var envs []string
-		if f := faults[k%len(faults)]; f != "" {
-			envs = append(envs, "WRITEBACK_FAULTS="+f)
-		}
-		next := startArmed(t, cfg, addr, envs...)
-		scMu.Lock()
-		sc = next
-		scMu.Unlock()
 	}
 	close(stop)
 	wg.Wait()
-	if last := current(); !last.exited() {
-		last.kill()
-	}
-	final := start(t, cfg, addr)
+	final := cr.final()
 	if res := flushQueues(t, final); !res.Drained || res.Pending != 0 || res.Stopped != 0 {
 		t.Fatalf("flush: %+v\n%s", res, final.out())
 	}
