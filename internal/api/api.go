@@ -458,14 +458,23 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// deadLimit reads a dead-letter listing's ?limit= (1..10000, default 100).
+func deadLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, apiError(http.StatusBadRequest, "invalid_argument", "limit must be an integer from 1 to 10000")
+	}
+	return n, nil
+}
+
 func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) error {
-	limit := 100
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 10000 {
-			return apiError(http.StatusBadRequest, "invalid_argument", "limit must be an integer from 1 to 10000")
-		}
-		limit = n
+	limit, err := deadLimit(r)
+	if err != nil {
+		return err
 	}
 	dls, err := h.buf.DeadLetters(r.Context(), limit)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/session"
@@ -186,13 +185,9 @@ func (sh *sessionHandler) flush(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (sh *sessionHandler) listDead(w http.ResponseWriter, r *http.Request) error {
-	limit := 100
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 10000 {
-			return apiError(http.StatusBadRequest, "invalid_argument", "limit must be an integer from 1 to 10000")
-		}
-		limit = n
+	limit, err := deadLimit(r)
+	if err != nil {
+		return err
 	}
 	dls, err := sh.s.Queues.DeadLetters(r.Context(), limit)
 	if err != nil {
