@@ -71,10 +71,7 @@ func (b *Buffer) Convert(ctx context.Context, convs []Conversion) (ok []bool, er
 	if len(convs) == 0 {
 		return ok, nil
 	}
-	calls := make([]struct {
-		keys []string
-		args []any
-	}, len(convs))
+	calls := make([]scriptCall, len(convs))
 	for i, c := range convs {
 		if len(c.Changes) == 0 {
 			return nil, fmt.Errorf("buffer: convert %s: an empty replacement", c.Member)
@@ -96,7 +93,7 @@ func (b *Buffer) Convert(ctx context.Context, convs []Conversion) (ok []bool, er
 			if err != nil {
 				return nil, fmt.Errorf("buffer: convert: %w", err)
 			}
-			if ok[i], err = b.convertOn(ctx, node, calls[i:i+1]); err != nil {
+			if ok[i], err = b.convertOn(ctx, node, c); err != nil {
 				return nil, err
 			}
 		}
@@ -145,26 +142,31 @@ func (b *Buffer) Convert(ctx context.Context, convs []Conversion) (ok []bool, er
 }
 
 // convertOn runs one conversion on node and waits for its replicas.
-func (b *Buffer) convertOn(ctx context.Context, node *redis.Client, calls []struct {
-	keys []string
-	args []any
-}) (bool, error) {
-	pipe := node.Pipeline()
-	ev := convertScript.EvalSha(ctx, pipe, calls[0].keys, calls[0].args...)
-	wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
-	_, _ = pipe.Exec(ctx)
-	if isNoScript(ev.Err()) {
-		if err := convertScript.Load(ctx, node).Err(); err != nil {
+func (b *Buffer) convertOn(ctx context.Context, node *redis.Client, c scriptCall) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := node.Pipeline()
+		ev := convertScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if isNoScript(ev.Err()) && attempt == 0 {
+			if err := convertScript.Load(ctx, node).Err(); err != nil {
+				return false, fmt.Errorf("buffer: convert: %w", err)
+			}
+			continue // it did not run: load and redo
+		}
+		n, err := ev.Int64()
+		if err != nil {
 			return false, fmt.Errorf("buffer: convert: %w", err)
 		}
-		return b.convertOn(ctx, node, calls)
+		if err := b.checkReplicas(wait); err != nil {
+			return false, err
+		}
+		return n >= 0, nil
 	}
-	n, err := ev.Int64()
-	if err != nil {
-		return false, fmt.Errorf("buffer: convert: %w", err)
-	}
-	if err := b.checkReplicas(wait); err != nil {
-		return false, err
-	}
-	return n >= 0, nil
+}
+
+// scriptCall is one script invocation's keys and arguments.
+type scriptCall struct {
+	keys []string
+	args []any
 }
