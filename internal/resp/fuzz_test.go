@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -29,7 +28,7 @@ func FuzzProtocol(f *testing.F) {
 	ping(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		in = bytes.ReplaceAll(in, []byte("{c}"), []byte(w.table))
-		base := runtime.NumGoroutine()
+		base, _ := frontDoorGoroutines()
 		nc, err := net.Dial("tcp", w.addr)
 		if err != nil {
 			t.Fatal(err)
