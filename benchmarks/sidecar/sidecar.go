@@ -31,8 +31,9 @@ import (
 // Options say what the sidecar serves.
 type Options struct {
 	Policy     string // write-back | write-through | write-around
-	Driver     string // postgres | mysql
-	DSN        string
+	Driver     string // postgres | mysql | mongodb
+	DSN        string // for mongodb: the URI
+	Database   string // mongodb: the database; default "test"
 	RedisAddr  string // host:port
 	Collection string // collection name; also the table's
 	Key        string // the table's key column
@@ -84,16 +85,23 @@ func Start(ctx context.Context, o Options) (*Sidecar, error) {
 		return nil, fmt.Errorf("cannot connect to Redis at %s (%v); start the services with `make services`", o.RedisAddr, err)
 	}
 
+	storeYAML := fmt.Sprintf("{driver: %s, dsn: %q}", o.Driver, o.DSN)
+	if o.Driver == "mongodb" {
+		if o.Database == "" {
+			o.Database = "test"
+		}
+		storeYAML = fmt.Sprintf("{driver: mongodb, uri: %q, database: %q}", o.DSN, o.Database)
+	}
 	yml := fmt.Sprintf(`listen: 127.0.0.1:0
 listenResp: %q
 redis:
   addrs: [%q]
   keyPrefix: %q
 stores:
-  db: {driver: %s, dsn: %q}
+  db: %s
 collections:
   %s: {store: db, table: %s, key: %s, policy: %s}
-`, o.ListenResp, o.RedisAddr, s.Prefix, o.Driver, o.DSN, o.Collection, o.Collection, o.Key, o.Policy)
+`, o.ListenResp, o.RedisAddr, s.Prefix, storeYAML, o.Collection, o.Collection, o.Key, o.Policy)
 	cfg, err := config.Parse("sidecar.Options", []byte(yml))
 	if err != nil {
 		s.rdb.Close()
