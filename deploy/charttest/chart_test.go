@@ -225,8 +225,8 @@ func TestAppSidecar(t *testing.T) {
 	if !strings.Contains(raw, "dsnEnv: WRITEBACK_STORE_PG_DSN") {
 		t.Errorf("writeback.yaml does not name the DSN's env var:\n%s", raw)
 	}
-	if q := cfg.Queues["bank"]; q.Store != "pg" || !reflect.DeepEqual(q.Tables, []string{"account"}) || len(cfg.Mappings) != 1 || cfg.Mappings[0]["plugin"] != "sql" {
-		t.Errorf("queues = %+v, mappings = %+v: want the bank queue and the sql mapping", cfg.Queues, cfg.Mappings)
+	if q := cfg.Queues["bank"]; q.Store != "pg" || !reflect.DeepEqual(q.Tables, []string{"account"}) || !q.WriteThrough() || len(cfg.Mappings) != 1 || cfg.Mappings[0]["plugin"] != "sql" {
+		t.Errorf("queues = %+v, mappings = %+v: want the write-through bank queue and the sql mapping", cfg.Queues, cfg.Mappings)
 	}
 	if cfg.Writeback.SessionTimeout.Duration != 20*time.Second {
 		t.Errorf("writeback.sessionTimeout = %v, want 20s", cfg.Writeback.SessionTimeout)

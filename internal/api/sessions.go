@@ -11,6 +11,7 @@ import (
 
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/session"
+	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
 )
 
@@ -110,6 +111,10 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body holds more than one JSON value")
 		}
 		res, err := sh.s.Service.Commit(r.Context(), id, req)
+		var ne *session.NotAppliedError
+		if errors.As(err, &ne) {
+			return sh.notApplied(r, ne)
+		}
 		if err != nil {
 			return sessionError(w, err)
 		}
@@ -128,6 +133,25 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use commit, validate or abort")
 	}
 	return nil
+}
+
+// notApplied answers a write-through commit that is committed in its queue
+// but not applied: 503, and no Retry-After, since committing the session
+// again would apply it twice; the appliers apply it in order.
+func (sh *sessionHandler) notApplied(r *http.Request, ne *session.NotAppliedError) error {
+	sh.h.log.Warn("a write-through session is committed but not applied", "queue", ne.Queue, "seq", ne.Seq, "session", ne.Session, "err", ne.Err)
+	var qe *session.QueueStoppedError
+	why := "the store is unavailable"
+	switch {
+	case errors.As(ne.Err, &qe):
+		why = "its queue is stopped by a session the store rejected (writeback sessions deadletters)"
+	case errors.Is(ne.Err, context.DeadlineExceeded), errors.Is(ne.Err, context.Canceled):
+		why = "the request timed out or was cancelled"
+	case store.IsPermanent(ne.Err):
+		why = "the store rejected a session (" + storeReason(ne.Err) + ")"
+	}
+	return apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+		"the session is committed in queue %s as seq %d but not yet applied to the store, because %s; the appliers will apply it, so do not commit it again", ne.Queue, ne.Seq, why))
 }
 
 func (sh *sessionHandler) status(w http.ResponseWriter, r *http.Request) error {

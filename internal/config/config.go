@@ -100,7 +100,14 @@ const (
 type Queue struct {
 	Store  string   `yaml:"store"`
 	Tables []string `yaml:"tables"`
+	// Policy is PolicyWriteBack (the default: a commit is acknowledged once
+	// durable in Redis) or PolicyWriteThrough (acknowledged once the store
+	// has applied the session, and every session before it in its queue).
+	Policy string `yaml:"policy"`
 }
+
+// WriteThrough reports whether the family's commits wait for the store.
+func (q Queue) WriteThrough() bool { return q.Policy == PolicyWriteThrough }
 
 // Writeback tunes the appliers.
 type Writeback struct {
@@ -193,12 +200,18 @@ func (c *Collection) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // fillDerived sets the defaults that depend on other values: a collection's
-// table is its name, and a sidecar without an instance ID gets a unique one.
+// table is its name, a queue family's policy is write-back, and a sidecar without an instance ID gets a unique one.
 func (c *Config) fillDerived() {
 	for name, coll := range c.Collections {
 		if coll.Table == "" {
 			coll.Table = name
 			c.Collections[name] = coll
+		}
+	}
+	for name, q := range c.Queues {
+		if q.Policy == "" {
+			q.Policy = PolicyWriteBack
+			c.Queues[name] = q
 		}
 	}
 	if c.Writeback.InstanceID == "" {

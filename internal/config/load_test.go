@@ -82,7 +82,7 @@ func TestLoadFull(t *testing.T) {
 			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}},
 			"orders":    {Store: "maria", Table: "orders", Key: "id", Policy: "write-back", CacheTTL: Duration{time.Hour}},
 		},
-		Queues: map[string]Queue{"bank": {Store: "pg", Tables: []string{"account"}}},
+		Queues: map[string]Queue{"bank": {Store: "pg", Tables: []string{"account"}, Policy: "write-through"}},
 		Mappings: []map[string]any{{
 			"plugin": "sql", "store": "pg", "key": "account:{id}",
 			"query": "SELECT id, balance FROM account WHERE id = $1", "many": false,

@@ -24,13 +24,16 @@ const (
 )
 
 var (
-	redisModes   = []string{ModeCluster, ModeSentinel, ModeStandalone}
-	drivers      = []string{DriverMongoDB, DriverMySQL, DriverPostgres}
-	policies     = []string{PolicyWriteAround, PolicyWriteBack, PolicyWriteThrough}
-	logLevels    = []string{"debug", "error", "info", "warn"}
-	logFormats   = []string{"json", "text"}
-	dsnExample   = map[string]string{DriverPostgres: "postgres://user@127.0.0.1:5432/db?sslmode=disable", DriverMySQL: "user@tcp(127.0.0.1:3306)/db"}
-	sqlDriverSet = map[string]bool{DriverPostgres: true, DriverMySQL: true}
+	redisModes = []string{ModeCluster, ModeSentinel, ModeStandalone}
+	drivers    = []string{DriverMongoDB, DriverMySQL, DriverPostgres}
+	policies   = []string{PolicyWriteAround, PolicyWriteBack, PolicyWriteThrough}
+	// queuePolicies: write-around is a document policy; a commit always
+	// carries its cache changes.
+	queuePolicies = []string{PolicyWriteBack, PolicyWriteThrough}
+	logLevels     = []string{"debug", "error", "info", "warn"}
+	logFormats    = []string{"json", "text"}
+	dsnExample    = map[string]string{DriverPostgres: "postgres://user@127.0.0.1:5432/db?sslmode=disable", DriverMySQL: "user@tcp(127.0.0.1:3306)/db"}
+	sqlDriverSet  = map[string]bool{DriverPostgres: true, DriverMySQL: true}
 )
 
 // Validate reports every problem of the configuration, one sentence per
@@ -159,6 +162,9 @@ func (c *Config) validateQueues(v *validator) {
 		// A store with an unknown driver was reported under stores already.
 		if v.storeRef(p+".store", q.Store, sortedKeys(c.Stores)) && c.Stores[q.Store].Driver == DriverMongoDB {
 			v.addf("%s.store: %q is a %s store, and queues need a SQL store; use %s", p, q.Store, c.Stores[q.Store].Driver, choices(sqlStores, "a postgres or mysql store"))
+		}
+		if q.Policy != "" { // "" is write-back (fillDerived)
+			v.oneOf(p+".policy", q.Policy, "queue policy", queuePolicies)
 		}
 		if len(q.Tables) == 0 {
 			v.addf("%s.tables: the queue lists no table; list the tables its sessions may change", p)

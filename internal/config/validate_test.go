@@ -149,6 +149,10 @@ func TestValidate(t *testing.T) {
 			`queues.bank.store: "oracle" is not a configured store; add it under stores or use one of: maria, mongo, pg`},
 		{"queue store not SQL", func(c *Config) { c.Queues["bank"] = Queue{Store: "mongo", Tables: []string{"account"}} },
 			`queues.bank.store: "mongo" is a mongodb store, and queues need a SQL store; use one of: maria, pg`},
+		{"queue policy", func(c *Config) {
+			c.Queues["bank"] = Queue{Store: "pg", Tables: []string{"account"}, Policy: "write-around"}
+		},
+			`queues.bank.policy: "write-around" is not a queue policy; use one of: write-back, write-through`},
 		{"queue tables empty", func(c *Config) { c.Queues["bank"] = Queue{Store: "pg"} },
 			"queues.bank.tables: the queue lists no table; list the tables its sessions may change"},
 		{"queue table name", func(c *Config) { c.Queues["bank"] = Queue{Store: "pg", Tables: []string{"account", "drop table"}} },

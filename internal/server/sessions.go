@@ -39,7 +39,7 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		if !ok {
 			return fmt.Errorf("queues.%s.store: store %s cannot apply sessions; use a postgres or mysql store", name, qc.Store)
 		}
-		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables}
+		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables, WriteThrough: qc.WriteThrough()}
 		families[name] = qc.Store
 	}
 	mstores := map[string]mappings.Store{}

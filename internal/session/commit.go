@@ -221,7 +221,9 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 // replicas and releases the rest. A voided lease or a refused X lease
 // aborts the session (AbortedError, 409), after a few backoffs for the
 // latter; a bad request is an InvalidError (400) and leaves the session
-// open.
+// open. In a write-through family the queue is then applied through the
+// session before Commit returns; if that fails, the session stays committed
+// and Commit returns its result with a NotAppliedError.
 func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	start := time.Now()
 	read, err := s.record(ctx, id)
@@ -271,8 +273,27 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	fault.Hit(FaultAfterCommit)
 	s.release(ctx, id, read)
 	s.m.Commits.WithLabelValues(pl.fam.Name).Inc()
+	res := CommitResult{Session: id, Queue: pl.queue, Seq: seq}
+	if pl.fam.WriteThrough {
+		// Committed into the queue like any session, so it keeps its
+		// order with the sessions pending before it; then applied through
+		// itself exactly once, as a miss applies a queue's prefix (an
+		// applier racing us applies it or skips it by its applied record).
+		if err := s.applyThrough(ctx, pl.queue, seq); err != nil {
+			s.m.CommitDuration.Observe(time.Since(start).Seconds())
+			return res, &NotAppliedError{Session: id, Queue: pl.queue, Seq: seq, Err: err}
+		}
+	}
 	s.m.CommitDuration.Observe(time.Since(start).Seconds())
-	return CommitResult{Session: id, Queue: pl.queue, Seq: seq}, nil
+	return res, nil
+}
+
+// applyThrough applies queue through seq for a write-through commit.
+func (s *Service) applyThrough(ctx context.Context, queue string, seq int64) error {
+	if s.Applier == nil {
+		return errors.New("no applier runs here")
+	}
+	return s.Applier.ApplyThrough(ctx, queue, seq)
 }
 
 func sortedParts(groups map[int][]string) []int {

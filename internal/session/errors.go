@@ -57,3 +57,19 @@ type QueueStoppedError struct{ Queue string }
 func (e *QueueStoppedError) Error() string {
 	return fmt.Sprintf("queue %s is stopped by a session the store rejected; replay or drop it (writeback sessions deadletters)", e.Queue)
 }
+
+// NotAppliedError says a write-through commit is committed in its queue
+// (durable in Redis, at Seq) but the store has not applied it yet: the
+// appliers will, in order, so the client must not commit it again (503).
+type NotAppliedError struct {
+	Session string
+	Queue   string
+	Seq     int64
+	Err     error // why applying failed
+}
+
+func (e *NotAppliedError) Error() string {
+	return fmt.Sprintf("the session is committed in queue %s as seq %d but not yet applied to the store (%v); the appliers will apply it, so do not commit it again", e.Queue, e.Seq, e.Err)
+}
+
+func (e *NotAppliedError) Unwrap() error { return e.Err }

@@ -38,11 +38,16 @@ type Family struct {
 	StoreName string
 	Store     store.SessionStore
 	Tables    []string
+	// WriteThrough: a commit is acknowledged only once the store has
+	// applied its session (and every session before it in its queue);
+	// otherwise once the session is durable in Redis (write-back).
+	WriteThrough bool
 }
 
 // PrefixApplier applies a queue's pending sessions up to and including seq
 // to the store (bgt.QueueApplier). A miss calls it before loading an entry
-// whose mapping names pending sessions.
+// whose mapping names pending sessions, and a write-through commit before
+// it answers.
 type PrefixApplier interface {
 	ApplyThrough(ctx context.Context, queue string, seq int64) error
 }
