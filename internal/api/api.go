@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/docs"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
 )
@@ -44,6 +46,15 @@ type Options struct {
 	InstanceID   string
 	Stores       map[string]store.Store
 	Warnings     func() []string // extra warnings for /v1/status
+	// Queues, when set (queue families are configured), makes /v1/flush
+	// apply the pending sessions too and /v1/status report them.
+	Queues Queues
+}
+
+// Queues are the session queues as /v1/flush and /v1/status see them.
+type Queues interface {
+	Flush(context.Context) (bgt.QueueFlushResult, error)
+	Stats(context.Context) (session.Stats, error)
 }
 
 // Handler serves the API.
@@ -408,15 +419,38 @@ func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
+	// Documents and sessions touch different keys and rows: flush both at
+	// once, so that the timeout is the whole flush's.
+	var (
+		qres bgt.QueueFlushResult
+		qerr error
+		wg   sync.WaitGroup
+	)
+	if h.opt.Queues != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			qres, qerr = h.opt.Queues.Flush(ctx)
+		}()
+	}
 	res, err := h.app.Flush(ctx)
+	wg.Wait()
 	if err != nil {
 		return err
+	}
+	if qerr != nil {
+		return qerr
 	}
 	st, err := h.buf.Stats(r.Context())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, client.FlushResult{Applied: res.Applied, Pending: st.PendingChanges, DeadLetters: st.DeadLetters, Drained: res.Drained})
+	out := client.FlushResult{Applied: res.Applied, Pending: st.PendingChanges, DeadLetters: st.DeadLetters, Drained: res.Drained}
+	if h.opt.Queues != nil {
+		out.Sessions = &client.QueueFlushResult{Applied: qres.Applied, Pending: qres.Pending, Stopped: qres.Stopped, Drained: qres.Drained}
+		out.Drained = out.Drained && qres.Drained && qres.Pending == 0
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -451,6 +485,14 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 			WriteThroughFallback: c.Policy == docs.WriteBack && h.svc.Fallback()})
 	}
 	sortCollections(out.Collections)
+	if h.opt.Queues != nil {
+		qs, err := h.opt.Queues.Stats(r.Context())
+		if err != nil {
+			return err
+		}
+		out.Sessions = &client.SessionStatus{Pending: qs.PendingSessions, Queues: qs.Queues, StoppedQueues: qs.StoppedQueues,
+			PinnedBytes: qs.PinnedBytes, OldestPendingAgeSeconds: qs.OldestPending.Seconds()}
+	}
 	if h.opt.Warnings != nil {
 		out.Warnings = h.opt.Warnings()
 	}

@@ -220,6 +220,31 @@ func TestFlush(t *testing.T) {
 			wantReq:    request{Method: "POST", Path: "/v1/flush", Body: `{"timeout":"2s"}`},
 		},
 		{
+			name: "with sessions", status: 200,
+			body:       `{"applied":2,"pending":0,"deadLetters":0,"drained":true,"sessions":{"applied":1,"pending":0,"stopped":0,"drained":true}}`,
+			wantCode:   ExitOK,
+			wantStdout: "applied 2 changes; 0 pending, 0 dead letters\napplied 1 session; 0 pending, 0 stopped queues\ndrained\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Body: `{"timeout":"1m0s"}`},
+		},
+		{
+			name: "sessions still pending", status: 200,
+			body:       `{"applied":0,"pending":0,"deadLetters":0,"drained":false,"sessions":{"applied":40,"pending":7,"stopped":0,"drained":false}}`,
+			args:       []string{"--timeout", "2s"},
+			wantCode:   ExitFailure,
+			wantStdout: "applied 0 changes; 0 pending, 0 dead letters\napplied 40 sessions; 7 pending, 0 stopped queues\n",
+			wantStderr: "writeback: 7 sessions are still pending after 2s; run writeback flush again with a longer --timeout, or writeback sessions status to see why\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Body: `{"timeout":"2s"}`},
+		},
+		{
+			name: "a stopped queue", status: 200,
+			body:     `{"applied":0,"pending":0,"deadLetters":0,"drained":false,"sessions":{"applied":0,"pending":3,"stopped":1,"drained":true}}`,
+			wantCode: ExitFailure,
+			wantStdout: "applied 0 changes; 0 pending, 0 dead letters\napplied 0 sessions; 3 pending, 1 stopped queue\n" +
+				"1 queue is stopped by a session the store rejected; see writeback sessions deadletters list\n",
+			wantStderr: "writeback: 3 sessions are still pending after 1m0s; run writeback flush again with a longer --timeout, or writeback sessions status to see why\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Body: `{"timeout":"1m0s"}`},
+		},
+		{
 			name: "environment twins", status: 200, body: `{"drained":true}`,
 			env:        map[string]string{"WRITEBACK_TIMEOUT": "3s", "WRITEBACK_TOKEN": "from-env", "WRITEBACK_AUTH_TOKEN": "not-this"},
 			wantCode:   ExitOK,
@@ -353,6 +378,13 @@ func TestStatusEmpty(t *testing.T) {
 		"oldest pending:  none\n"+
 		"sidecars:        1; this one owns 0 of 64 partitions\n"+
 		"dead letters:    0\n", out)
+
+	srv, _ = sidecar(t, 200, `{"sidecar":"s","version":"dev","partitions":64,"ownedPartitions":[],"sidecars":1,"collections":[],`+
+		`"sessions":{"pending":5,"queues":2,"stoppedQueues":1,"pinnedBytes":2048,"oldestPendingAgeSeconds":1.5}}`)
+	code, out, _ = run(t, nil, "status", "--addr", srv.URL)
+	assert.Equal(t, ExitOK, code)
+	assert.Contains(t, out, "dead letters:    0\n"+
+		"sessions:        5 pending in 2 queues, 2.0 KiB pinned, oldest 1.5s; 1 stopped queue (writeback sessions deadletters list)\n")
 }
 
 func TestHumanBytes(t *testing.T) {

@@ -96,11 +96,23 @@ func runFlush(ctx context.Context, opts *flushOptions) error {
 	fmt.Fprintf(opts.out, "applied %d %s; %d pending, %d dead %s\n",
 		res.Applied, plural(res.Applied, "change", "changes"), res.Pending,
 		res.DeadLetters, plural(res.DeadLetters, "letter", "letters"))
+	if s := res.Sessions; s != nil {
+		fmt.Fprintf(opts.out, "applied %d %s; %d pending, %d stopped %s\n",
+			s.Applied, plural(s.Applied, "session", "sessions"), s.Pending, s.Stopped, plural(s.Stopped, "queue", "queues"))
+	}
 	if res.DeadLetters > 0 {
 		fmt.Fprintf(opts.out, "%d %s the stores rejected %s in the dead-letter list; see writeback status\n",
 			res.DeadLetters, plural(res.DeadLetters, "change", "changes"), plural(res.DeadLetters, "is", "are"))
 	}
+	if s := res.Sessions; s != nil && s.Stopped > 0 {
+		fmt.Fprintf(opts.out, "%d %s stopped by a session the store rejected; see writeback sessions deadletters list\n",
+			s.Stopped, plural(s.Stopped, "queue is", "queues are"))
+	}
 	if !res.Drained {
+		if s := res.Sessions; s != nil && res.Pending == 0 {
+			return fmt.Errorf("%d %s still pending after %s; run writeback flush again with a longer --timeout, or writeback sessions status to see why",
+				s.Pending, plural(s.Pending, "session is", "sessions are"), opts.timeout)
+		}
 		return fmt.Errorf("%d %s still pending after %s; run writeback flush again with a longer --timeout, or writeback status to see why",
 			res.Pending, plural(res.Pending, "change is", "changes are"), opts.timeout)
 	}

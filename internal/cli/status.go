@@ -81,6 +81,16 @@ func printStatus(w io.Writer, st client.Status) error {
 	fmt.Fprintf(tw, "sidecars:\t%d; this one owns %d of %d partitions%s\n", st.Sidecars,
 		len(st.OwnedPartitions), st.Partitions, partitionRanges(st.OwnedPartitions))
 	fmt.Fprintf(tw, "dead letters:\t%d\n", st.DeadLetters)
+	if s := st.Sessions; s != nil {
+		line := fmt.Sprintf("%d pending in %d %s, %s pinned", s.Pending, s.Queues, plural(s.Queues, "queue", "queues"), humanBytes(s.PinnedBytes))
+		if s.Pending > 0 {
+			line += ", oldest " + humanAge(s.OldestPendingAgeSeconds)
+		}
+		if s.StoppedQueues > 0 {
+			line += fmt.Sprintf("; %d stopped %s (writeback sessions deadletters list)", s.StoppedQueues, plural(s.StoppedQueues, "queue", "queues"))
+		}
+		fmt.Fprintf(tw, "sessions:\t%s\n", line)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

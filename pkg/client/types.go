@@ -23,7 +23,20 @@ type Status struct {
 	OwnedPartitions         []int              `json:"ownedPartitions"` // owned by this sidecar
 	Sidecars                int                `json:"sidecars"`        // live sidecars sharing the partitions
 	Collections             []CollectionStatus `json:"collections"`
-	Warnings                []string           `json:"warnings,omitempty"`
+	// Sessions sums up the session queues (Design 2); absent when no
+	// queue family is configured.
+	Sessions *SessionStatus `json:"sessions,omitempty"`
+	Warnings []string       `json:"warnings,omitempty"`
+}
+
+// SessionStatus is the session queues' part of Status; GET /v1/queues
+// has the details.
+type SessionStatus struct {
+	Pending                 int64   `json:"pending"` // committed sessions not yet applied
+	Queues                  int64   `json:"queues"`  // queues holding them
+	StoppedQueues           int64   `json:"stoppedQueues"`
+	PinnedBytes             int64   `json:"pinnedBytes"`
+	OldestPendingAgeSeconds float64 `json:"oldestPendingAgeSeconds"`
 }
 
 // CollectionStatus is one collection in Status.
@@ -52,7 +65,10 @@ type FlushResult struct {
 	Applied     int64 `json:"applied"`     // changes applied during the flush
 	Pending     int64 `json:"pending"`     // changes still pending when it returned
 	DeadLetters int64 `json:"deadLetters"` // changes in the dead-letter list
-	Drained     bool  `json:"drained"`     // nothing is pending
+	Drained     bool  `json:"drained"`     // nothing is pending (sessions included)
+	// Sessions is what the flush did to the session queues (Design 2);
+	// absent when no queue family is configured.
+	Sessions *QueueFlushResult `json:"sessions,omitempty"`
 }
 
 // WriteResult is the answer of a PUT, PATCH or DELETE of a document: the
