@@ -220,6 +220,37 @@ type WriteOptions struct {
 	Count bool
 	// IfAbsent makes a put only create the document: Exists when it exists.
 	IfAbsent bool
+	// Replace updates fields of the cache entry that a patch's operators
+	// change but the write script cannot compute (operators inside JSON
+	// columns, document operators): the writer applied them to the value
+	// it read, and the script sets each field to New only if the entry
+	// still holds exactly Old (a concurrent write to the field would have
+	// changed it); otherwise it drops the entry and the next read computes
+	// it. A nil Old or New is an absent field. Operators on a field
+	// without a Replace drop the entry.
+	Replace map[string]Replace
+}
+
+// Replace is a compare-and-set of one field of a cache entry.
+type Replace struct{ Old, New json.RawMessage }
+
+// appendReplace appends a Replace as the value of writeScript's "C"
+// operation: 'p' <len(Old)> ':' Old, or 'a' for absent; then 'p' New, or
+// 'a'.
+func appendReplace(b []byte, r Replace) []byte {
+	if r.Old == nil {
+		b = append(b, 'a')
+	} else {
+		b = append(b, 'p')
+		b = strconv.AppendInt(b, int64(len(r.Old)), 10)
+		b = append(b, ':')
+		b = append(b, r.Old...)
+	}
+	if r.New == nil {
+		return append(b, 'a')
+	}
+	b = append(b, 'p')
+	return append(b, r.New...)
 }
 
 // WriteResult is what a Write did and, for a counting write, what it found.
@@ -539,13 +570,32 @@ func appendWriteArgs(args []any, r WriteRequest) []any {
 		}
 		for f := range c.JSON {
 			// Operators inside a JSON column are not applied in Lua: the
-			// entry is dropped and the next read computes it (as the store
-			// will, from the same operators).
-			args = append(args, "X", f, "0")
+			// writer computed the column (Replace), or the entry is
+			// dropped and the next read computes it (as the store will,
+			// from the same operators).
+			args = appendOpaque(args, f, o.Replace)
+		}
+		seen := map[string]bool{}
+		for _, op := range c.Ops {
+			f, _, _ := strings.Cut(op.Path, ".")
+			if !seen[f] {
+				seen[f] = true
+				args = appendOpaque(args, f, o.Replace)
+			}
 		}
 	}
 	args[at] = len(args) - at - 1
 	return args
+}
+
+// appendOpaque appends the cache operation of field f, changed by
+// operators the script cannot apply: a compare-and-set when rs has it,
+// else the entry's deletion.
+func appendOpaque(args []any, f string, rs map[string]Replace) []any {
+	if r, ok := rs[f]; ok {
+		return append(args, "C", f, appendReplace(nil, r))
+	}
+	return append(args, "X", f, "0")
 }
 
 // parseWrite decodes writeScript's reply to one write.

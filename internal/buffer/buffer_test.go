@@ -405,3 +405,91 @@ func TestWriteCallKeys(t *testing.T) {
 		t.Fatalf("cache key %q is not the tag %q, \"c:\" and the member", b.cacheKey(p, m), tag)
 	}
 }
+
+// A Replace sets a field the script cannot compute only while the entry
+// holds the value the writer read; otherwise the entry goes. Either way the
+// change is buffered.
+func TestWriteReplace(t *testing.T) {
+	b, ctx := newTestBuffer(t), context.Background()
+	s, err := change.NewSchema("id", []change.Column{{Name: "id", Type: change.TypeInt}, {Name: "j", Type: change.TypeJSON, Nullable: true}, {Name: "n", Type: change.TypeInt, Nullable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := b.cacheKey(b.Partition("c", "1"), Member("c", "1"))
+	put := func() {
+		t.Helper()
+		p, err := change.ParsePut(s, "1", []byte(`{"j":[1],"n":7}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, out, err := b.Write(ctx, "c", "1", p, s, WriteOptions{TTL: time.Minute}); err != nil || out != Buffered {
+			t.Fatalf("put: %v %v", out, err)
+		}
+	}
+	push := mustParse(t, s, `{"$push":{"j":2}}`)
+	patch := func(rs map[string]Replace) {
+		t.Helper()
+		if _, out, err := b.Write(ctx, "c", "1", push, s, WriteOptions{TTL: time.Minute, Token: NewToken(), Replace: rs}); err != nil || out != Buffered {
+			t.Fatalf("patch: %v %v", out, err)
+		}
+	}
+	entry := func() map[string]string {
+		t.Helper()
+		h, err := b.rdb.HGetAll(ctx, ck).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	raw := func(s string) json.RawMessage { return json.RawMessage(s) }
+
+	put()
+	patch(map[string]Replace{"j": {Old: raw("[1]"), New: raw("[1,2]")}})
+	if h := entry(); h["j"] != "[1,2]" || h["n"] != "7" || h["id"] != "1" {
+		t.Fatalf("after a matching replace: %v, want j [1,2] and the other fields kept", h)
+	}
+	patch(map[string]Replace{"j": {Old: raw("[1]"), New: raw("[1,2,2]")}})
+	if h := entry(); len(h) != 0 {
+		t.Fatalf("after a replace of a value the entry no longer holds: %v, want the entry dropped", h)
+	}
+
+	put()
+	patch(map[string]Replace{"j": {Old: raw("[1]"), New: nil}})
+	if h := entry(); len(h) != 2 || h["n"] != "7" {
+		t.Fatalf("after a replace with an absent value: %v, want j removed", h)
+	}
+	patch(map[string]Replace{"j": {Old: nil, New: raw("[3]")}})
+	if h := entry(); h["j"] != "[3]" {
+		t.Fatalf("after a replace of an absent field: %v, want j [3]", h)
+	}
+	patch(map[string]Replace{"j": {Old: nil, New: raw("[4]")}})
+	if h := entry(); len(h) != 0 {
+		t.Fatalf("after a replace of an absent field that is present: %v, want the entry dropped", h)
+	}
+
+	put()
+	patch(nil)
+	if h := entry(); len(h) != 0 {
+		t.Fatalf("after operators without a replace: %v, want the entry dropped", h)
+	}
+	n, err := b.rdb.LLen(ctx, b.bwKey(b.Partition("c", "1"), Member("c", "1"))).Result()
+	if err != nil || n != 9 {
+		t.Fatalf("buffered write holds %d changes (%v), want all 9", n, err)
+	}
+}
+
+func TestAppendReplace(t *testing.T) {
+	for _, tc := range []struct {
+		r    Replace
+		want string
+	}{
+		{Replace{Old: json.RawMessage(`[1]`), New: json.RawMessage(`[1,2]`)}, `p3:[1]p[1,2]`},
+		{Replace{Old: nil, New: json.RawMessage(`"x:y"`)}, `ap"x:y"`},
+		{Replace{Old: json.RawMessage(`"a:b"`), New: nil}, `p5:"a:b"a`},
+		{Replace{Old: json.RawMessage(``), New: json.RawMessage(``)}, `p0:p`},
+	} {
+		if got := string(appendReplace(nil, tc.r)); got != tc.want {
+			t.Errorf("appendReplace(%q, %q) = %q, want %q", tc.r.Old, tc.r.New, got, tc.want)
+		}
+	}
+}

@@ -273,12 +273,34 @@ local function write(pending, seqk, ck, bw, il, a, z)
   elseif cached then
     -- The sets go in one HSET, after the increments: a column is never in
     -- both.
-    local sets = {}
+    local sets, dels = {}, {}
     for j = i, z, 3 do
       local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
       if op == 'S' then
         sets[#sets + 1] = f
         sets[#sets + 1] = v
+      elseif op == 'C' then
+        -- Compare-and-set (WriteOptions.Replace): the writer computed the
+        -- field from the value it read; if the entry no longer holds that
+        -- value, a concurrent write changed it, and the entry goes.
+        local pos, old = 2, false
+        if string.sub(v, 1, 1) == 'p' then
+          local colon = string.find(v, ':', 2, true)
+          local n = tonumber(string.sub(v, 2, colon - 1))
+          old = string.sub(v, colon + 1, colon + n)
+          pos = colon + n + 1
+        end
+        if redis.call('HGET', ck, f) ~= old then
+          redis.call('DEL', ck)
+          sets = nil
+          break
+        end
+        if string.sub(v, pos, pos) == 'p' then
+          sets[#sets + 1] = f
+          sets[#sets + 1] = string.sub(v, pos + 1)
+        else
+          dels[#dels + 1] = f
+        end
       elseif op == 'I' then
         if not counting then
           local cur = redis.call('HGET', ck, f)
@@ -303,6 +325,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
       end
     end
     if sets and #sets > 0 then hset_list(ck, sets) end
+    if sets and #dels > 0 then redis.call('HDEL', ck, unpack(dels)) end
   end
   if counting then return {seq, added, removed, value} end
   return {seq}

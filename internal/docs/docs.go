@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -224,7 +225,7 @@ func (s *Service) Put(ctx context.Context, coll, id string, body []byte) (int64,
 	if err != nil {
 		return 0, err
 	}
-	return s.write(ctx, c, id, ch)
+	return s.write(ctx, c, id, ch, nil)
 }
 
 // Patch applies update operators to an existing document.
@@ -237,6 +238,7 @@ func (s *Service) Patch(ctx context.Context, coll, id string, body []byte) (int6
 	if err != nil {
 		return 0, err
 	}
+	var replace map[string]buffer.Replace
 	if len(ch.JSON) > 0 || len(ch.Ops) > 0 {
 		// A type error the current value already shows ($push onto a
 		// number …) is the client's: a 400 now rather than a dead letter
@@ -249,12 +251,36 @@ func (s *Service) Patch(ctx context.Context, coll, id string, body []byte) (int6
 		case err != nil:
 			return 0, err
 		}
+		next, err := change.Apply(cur, ch)
 		var te *change.TypeError
-		if _, err := change.Apply(cur, ch); errors.As(err, &te) {
+		switch {
+		case errors.As(err, &te):
 			return 0, &change.Error{Msg: te.Msg}
+		case err == nil:
+			replace = replacements(ch, cur, next)
 		}
 	}
-	return s.write(ctx, c, id, ch)
+	return s.write(ctx, c, id, ch, replace)
+}
+
+// replacements are the cache-entry fields a patch's JSON-column or
+// document operators change, from the value the patch read to the value
+// it computed: the write script sets them only if the entry still holds
+// what was read (buffer.WriteOptions.Replace), so consecutive patches of a
+// document stay cache hits.
+func replacements(ch change.Change, cur, next change.Doc) map[string]buffer.Replace {
+	rs := map[string]buffer.Replace{}
+	add := func(f string) {
+		rs[f] = buffer.Replace{Old: cur[f], New: next[f]}
+	}
+	for f := range ch.JSON {
+		add(f)
+	}
+	for _, op := range ch.Ops {
+		f, _, _ := strings.Cut(op.Path, ".")
+		add(f)
+	}
+	return rs
 }
 
 // Delete removes a document.
@@ -263,14 +289,16 @@ func (s *Service) Delete(ctx context.Context, coll, id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.write(ctx, c, id, change.Change{Kind: change.Delete})
+	return s.write(ctx, c, id, change.Change{Kind: change.Delete}, nil)
 }
 
 // maxVoided bounds how often a patch starts over because concurrent writes
 // kept voiding its I lease while it read the store.
 const maxVoided = 16
 
-func (s *Service) write(ctx context.Context, c *Collection, id string, ch change.Change) (int64, error) {
+// write buffers ch; replace (see replacements) updates the cache entry's
+// fields that the write script cannot compute.
+func (s *Service) write(ctx context.Context, c *Collection, id string, ch change.Change, replace map[string]buffer.Replace) (int64, error) {
 	if c.Policy == WriteBack && s.fallback.Load() {
 		// Over the pinned-memory limit: apply this document's pending
 		// changes first (to keep its order), and refuse — before buffering
@@ -279,10 +307,7 @@ func (s *Service) write(ctx context.Context, c *Collection, id string, ch change
 			return 0, &StoreError{Err: err}
 		}
 	}
-	// Document operators ($push, nested paths …) are not applied to the
-	// cache entry in Lua: the entry is dropped and the next read computes
-	// it, as the store will, from the same operators.
-	o := buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround || len(ch.Ops) > 0, Token: buffer.NewToken()}
+	o := buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround, Token: buffer.NewToken(), Replace: replace}
 	for attempt := 0; attempt < maxVoided; attempt++ {
 		seq, out, err := s.buf.Write(ctx, c.Name, id, ch, c.Table.Schema, o)
 		if err != nil {
@@ -431,7 +456,7 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, d buffer.DeadLetter) err
 	}
 	for _, ch := range changes {
 		ch.Seq = 0
-		if _, err := s.write(ctx, c, d.ID, ch); err != nil {
+		if _, err := s.write(ctx, c, d.ID, ch, nil); err != nil {
 			return err
 		}
 	}
