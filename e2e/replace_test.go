@@ -88,7 +88,9 @@ func TestPatchOperatorsUpdateTheEntry(t *testing.T) {
 		sc := start(t, e.config(addr, "write-back"), addr)
 		mustWrite(t)(sc.c.Put(context.Background(), e.coll, "alice", map[string]any{"name": "alice", "friends": []string{}, "profile": map[string]any{"visits": 0}}))
 		check(t, sc, e.coll, "alice",
-			func() float64 { return metricValue(t, sc.addr, `writeback_cache_misses_total{collection="`+e.coll+`"}`) },
+			func() float64 {
+				return metricValue(t, sc.addr, `writeback_cache_misses_total{collection="`+e.coll+`"}`)
+			},
 			func() error { return evictMongo(e, "alice") },
 			func() any {
 				b, err := json.Marshal(e.stored("alice"))
