@@ -1,0 +1,98 @@
+package tpcc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/internal/config"
+)
+
+// Policies are the policies TPC-C compares: the database alone, and
+// sessions through a sidecar whose queue family writes through or back.
+var Policies = []string{bench.Database, bench.WriteThrough, bench.WriteBack}
+
+// Options are one policy's benchmark.
+type Options struct {
+	Policy    string
+	DSN       string // the TPC-C database, created if missing
+	RedisAddr string
+	Scale     Scale
+	Terminals int // per warehouse
+	Warmup    time.Duration
+	Duration  time.Duration
+	Seed      uint64
+	Log       io.Writer // progress lines
+	// Configure adjusts the sidecar's configuration (session policies).
+	Configure func(*config.Config)
+}
+
+// Outcome is one policy's result: the run, the flush and the checks.
+type Outcome struct {
+	Result
+	LoadSeconds  float64     `json:"load_s"`
+	FlushSeconds float64     `json:"flush_s,omitempty"`
+	Flushed      int64       `json:"flushed_sessions,omitempty"` // sessions the flush applied
+	Check        CheckResult `json:"check"`
+}
+
+// Bench loads a fresh database, runs the policy, flushes the sidecar's
+// queues and checks consistency conditions 1–4 and the committed work. A
+// violation is returned in the Outcome (Check), not as an error.
+func Bench(ctx context.Context, o Options) (Outcome, error) {
+	var out Outcome
+	if err := EnsureDatabase(ctx, o.DSN); err != nil {
+		return out, err
+	}
+	cfg, err := pgxpool.ParseConfig(o.DSN)
+	if err != nil {
+		return out, fmt.Errorf("tpcc: the DSN %q is not valid: %v", o.DSN, err)
+	}
+	cfg.MaxConns = int32(max(4, o.Scale.Warehouses*o.Terminals+2))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return out, fmt.Errorf("tpcc: connecting to %s: %w", o.DSN, err)
+	}
+	defer pool.Close()
+	began := time.Now()
+	consts, err := Load(ctx, pool, o.Scale, o.Seed)
+	if err != nil {
+		return out, err
+	}
+	out.LoadSeconds = time.Since(began).Seconds()
+	fmt.Fprintf(o.Log, "[tpcc %s] loaded %d warehouses (%d items, %d customers per district) in %.1fs\n",
+		o.Policy, o.Scale.Warehouses, o.Scale.Items, o.Scale.Customers, out.LoadSeconds)
+	ro := RunOptions{Label: "tpcc " + o.Policy, Scale: o.Scale, Terminals: o.Terminals, Warmup: o.Warmup, Duration: o.Duration,
+		Seed: o.Seed, Constants: consts, Progress: o.Log}
+	if o.Policy == bench.Database {
+		ro.Exec = &DBExecutor{Pool: pool}
+		if out.Result, err = Run(ctx, ro); err != nil {
+			return out, err
+		}
+	} else {
+		sc, err := StartSidecar(ctx, SidecarOptions{Policy: o.Policy, DSN: o.DSN, RedisAddr: o.RedisAddr, Configure: o.Configure})
+		if err != nil {
+			return out, err
+		}
+		defer sc.Close()
+		ro.Exec, ro.Memory = &SessionExecutor{Client: sc.Client}, SessionMemory(sc)
+		if out.Result, err = Run(ctx, ro); err != nil {
+			return out, err
+		}
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		began := time.Now()
+		out.Flushed, err = FlushQueues(fctx, sc)
+		cancel()
+		out.FlushSeconds = time.Since(began).Seconds()
+		if err != nil {
+			return out, fmt.Errorf("tpcc: flushing the queues after the %s run: %w", o.Policy, err)
+		}
+	}
+	out.Policy = o.Policy
+	out.Check, err = Check(ctx, pool, o.Scale, out.Work)
+	return out, err
+}

@@ -1,0 +1,216 @@
+package tpcc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// DBExecutor runs each transaction as a PostgreSQL transaction through
+// pgx: the database alone.
+type DBExecutor struct{ Pool *pgxpool.Pool }
+
+// Begin starts a database transaction.
+func (e *DBExecutor) Begin(ctx context.Context) (Tx, error) {
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tpcc: begin: %w", err)
+	}
+	return &dbTx{tx: tx}, nil
+}
+
+// Retryable: serialization failures and deadlocks.
+func (e *DBExecutor) Retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// Close does nothing: the pool is the caller's.
+func (e *DBExecutor) Close() error { return nil }
+
+type dbTx struct{ tx pgx.Tx }
+
+func (t *dbTx) query(ctx context.Context, m *Mapping, l Lease, params []any) ([]Row, error) {
+	q := m.Query
+	if l == ForUpdate {
+		q += " FOR UPDATE"
+	}
+	rows, err := t.tx.Query(ctx, q, params...)
+	if err != nil {
+		return nil, fmt.Errorf("tpcc: %s: %w", m.Name, err)
+	}
+	defer rows.Close()
+	fds := rows.FieldDescriptions()
+	var out []Row
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		r := make(Row, len(vals))
+		for i, v := range vals {
+			r[fds[i].Name] = v
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tpcc: %s: %w", m.Name, err)
+	}
+	return out, nil
+}
+
+func (t *dbTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row, bool, error) {
+	rows, err := t.query(ctx, m, l, params)
+	if err != nil || len(rows) == 0 {
+		return nil, false, err
+	}
+	return rows[0], true, nil
+}
+
+func (t *dbTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
+	return t.query(ctx, m, l, params)
+}
+
+func (t *dbTx) Exec(ctx context.Context, sql string, args ...any) error {
+	if _, err := t.tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("tpcc: %s: %w", strings.Fields(sql)[0], err)
+	}
+	return nil
+}
+
+func (t *dbTx) Patch(string, map[string]any) {}
+func (t *dbTx) Affect(string)                {}
+
+func (t *dbTx) Commit(ctx context.Context, _ string) error {
+	if err := t.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("tpcc: commit: %w", err)
+	}
+	return nil
+}
+
+func (t *dbTx) Rollback(ctx context.Context) { _ = t.tx.Rollback(context.WithoutCancel(ctx)) }
+
+// SessionExecutor runs each transaction as a session of a sidecar: reads
+// through GET /v1/cache/{key}, the statements and cache changes in the
+// commit, into the warehouse's queue.
+type SessionExecutor struct{ Client *client.Client }
+
+// Begin starts an attempt; the session itself begins at the first leased
+// read.
+func (e *SessionExecutor) Begin(context.Context) (Tx, error) { return &sessionTx{c: e.Client}, nil }
+
+// Retryable: a 409, the session was aborted by a lease conflict.
+func (e *SessionExecutor) Retryable(err error) bool { return client.IsAborted(err) }
+
+// Close does nothing.
+func (e *SessionExecutor) Close() error { return nil }
+
+type sessionTx struct {
+	c      *client.Client
+	sid    string
+	commit client.Commit
+}
+
+func (t *sessionTx) read(ctx context.Context, m *Mapping, l Lease, params []any) (json.RawMessage, error) {
+	sid := ""
+	if l != Unleased {
+		if t.sid == "" {
+			id, err := t.c.BeginSession(ctx)
+			if err != nil {
+				return nil, err
+			}
+			t.sid = id
+		}
+		sid = t.sid
+	}
+	return t.c.Cache(ctx, m.Key(params...), sid, l == ForUpdate)
+}
+
+func (t *sessionTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row, bool, error) {
+	raw, err := t.read(ctx, m, l, params)
+	if client.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var r Row
+	if err := decodeJSON(raw, &r); err != nil {
+		return nil, false, fmt.Errorf("tpcc: %s reads %s: %v", m.Key(params...), raw, err)
+	}
+	return r, true, nil
+}
+
+func (t *sessionTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
+	raw, err := t.read(ctx, m, l, params)
+	if err != nil {
+		return nil, err
+	}
+	var rs []Row
+	if err := decodeJSON(raw, &rs); err != nil {
+		return nil, fmt.Errorf("tpcc: %s reads %s: %v", m.Key(params...), raw, err)
+	}
+	return rs, nil
+}
+
+func decodeJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+func (t *sessionTx) Exec(_ context.Context, sql string, args ...any) error {
+	t.commit.Statements = append(t.commit.Statements, client.Statement{SQL: sql, Args: args})
+	return nil
+}
+
+func (t *sessionTx) Patch(key string, patch map[string]any) {
+	t.commit.Cache = append(t.commit.Cache, client.CacheChange{Key: key, Patch: patch})
+}
+
+func (t *sessionTx) Affect(key string) { t.commit.Affects = append(t.commit.Affects, key) }
+
+func (t *sessionTx) Commit(ctx context.Context, queue string) error {
+	if queue == "" {
+		if t.sid == "" {
+			return nil // read nothing under a lease: nothing to validate
+		}
+		_, err := t.c.CommitSession(ctx, t.sid, client.Commit{})
+		t.sid = ""
+		return err
+	}
+	if t.sid == "" {
+		id, err := t.c.BeginSession(ctx)
+		if err != nil {
+			return err
+		}
+		t.sid = id
+	}
+	t.commit.Queue = queue
+	_, err := t.c.CommitSession(ctx, t.sid, t.commit)
+	t.sid = ""
+	return err
+}
+
+func (t *sessionTx) Rollback(ctx context.Context) {
+	if t.sid != "" {
+		_ = t.c.AbortSession(context.WithoutCancel(ctx), t.sid)
+		t.sid = ""
+	}
+}
+
+// IsNotApplied reports whether err is a write-through commit's 503 that
+// says the session is committed in its queue but not yet applied: it
+// counts as committed (the appliers apply it), and must not be retried.
+func IsNotApplied(err error) bool {
+	var e *client.Error
+	return errors.As(err, &e) && e.StatusCode == 503 && strings.Contains(e.Message, "is committed in queue")
+}

@@ -1,0 +1,95 @@
+package tpcc
+
+import (
+	"context"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/sidecar"
+	"github.com/writeback/writeback/internal/config"
+)
+
+// SidecarOptions configure the sidecar a session policy runs through.
+type SidecarOptions struct {
+	Policy    string // bench.WriteBack or bench.WriteThrough: the queue family's policy
+	DSN       string // the TPC-C database (PostgreSQL)
+	RedisAddr string
+	// Configure, if set, adjusts the configuration further (applier
+	// settings, say).
+	Configure func(*config.Config)
+}
+
+// StartSidecar starts an in-process sidecar serving the TPC-C sessions:
+// the queue family tpcc over the nine tables, with the given policy, and
+// the mappings of Mappings. (The sidecar also needs one collection: item,
+// which no run writes through it.)
+func StartSidecar(ctx context.Context, o SidecarOptions) (*sidecar.Sidecar, error) {
+	policy := config.PolicyWriteBack
+	if o.Policy == bench.WriteThrough {
+		policy = config.PolicyWriteThrough
+	}
+	return sidecar.Start(ctx, sidecar.Options{
+		Policy:     o.Policy,
+		Driver:     "postgres",
+		DSN:        o.DSN,
+		RedisAddr:  o.RedisAddr,
+		Collection: "item",
+		Key:        "i_id",
+		PrefixBase: "tpcc",
+		Configure: func(c *config.Config) {
+			c.Queues = map[string]config.Queue{Family: {Store: "db", Tables: Tables, Policy: policy}}
+			c.Mappings = nil
+			for _, m := range Mappings {
+				c.Mappings = append(c.Mappings, m.Config("db"))
+			}
+			if o.Configure != nil {
+				o.Configure(c)
+			}
+		},
+	})
+}
+
+// SessionMemory reads a sidecar's pinned session bytes and pending
+// sessions (GET /v1/queues), for RunOptions.Memory.
+func SessionMemory(s *sidecar.Sidecar) func(context.Context) (int64, int64, error) {
+	return func(ctx context.Context) (int64, int64, error) {
+		st, err := s.Client.Queues(ctx)
+		return st.PinnedBytes, st.PendingSessions, err
+	}
+}
+
+// FlushQueues applies every pending session, again and again until the
+// sidecar reports its queues drained; a stopped queue (a session the store
+// rejected) is an error.
+func FlushQueues(ctx context.Context, s *sidecar.Sidecar) (applied int64, err error) {
+	for {
+		res, err := s.Client.FlushQueues(ctx, 0)
+		applied += res.Applied
+		if err != nil {
+			return applied, err
+		}
+		if res.Stopped > 0 {
+			dls, _ := s.Client.QueueDeadLetters(ctx, 1)
+			msg := ""
+			if len(dls) > 0 {
+				msg = ": " + dls[0].Queue + " " + dls[0].Error
+			}
+			return applied, &StoppedError{Queues: res.Stopped, Msg: msg}
+		}
+		if res.Drained && res.Pending == 0 {
+			return applied, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return applied, err
+		}
+	}
+}
+
+// StoppedError says the store rejected a session, which stopped its queue.
+type StoppedError struct {
+	Queues int64
+	Msg    string
+}
+
+func (e *StoppedError) Error() string {
+	return "tpcc: the store rejected a session and stopped its queue (" + itoa(int(e.Queues)) + " stopped)" + e.Msg
+}

@@ -1,0 +1,462 @@
+package tpcc
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// Kind is one of the five transactions.
+type Kind int
+
+// The transactions, in the order of the specification.
+const (
+	NewOrder Kind = iota
+	Payment
+	OrderStatus
+	Delivery
+	StockLevel
+	kinds
+)
+
+// Kinds are the transactions, for reports.
+var Kinds = []Kind{NewOrder, Payment, OrderStatus, Delivery, StockLevel}
+
+func (k Kind) String() string {
+	return [...]string{"new-order", "payment", "order-status", "delivery", "stock-level"}[k]
+}
+
+// mix draws a transaction with the standard mix's minimum percentages
+// (clause 5.2.3): 45 % New-Order, 43 % Payment, 4 % each of the others.
+func mix(r *rand.Rand) Kind {
+	switch n := r.IntN(100); {
+	case n < 45:
+		return NewOrder
+	case n < 88:
+		return Payment
+	case n < 92:
+		return OrderStatus
+	case n < 96:
+		return Delivery
+	default:
+		return StockLevel
+	}
+}
+
+// terminal is one emulated terminal: a home warehouse and, for
+// Stock-Level, a district of its own (clause 2.8.1.1).
+type terminal struct {
+	r     *rand.Rand
+	s     Scale
+	c     constants
+	w, d  int
+	stamp func() time.Time
+}
+
+// outcome is what a committed transaction did, for the check of the
+// committed work against the database.
+type outcome struct {
+	newOrder bool    // a New-Order committed (not rolled back)
+	payment  float64 // a Payment's amount
+	rollback bool
+}
+
+// input is a transaction's input, drawn once and reused by its retries.
+type input struct {
+	kind Kind
+	d    int
+	// New-Order
+	c        int
+	items    []int
+	supply   []int
+	qty      []int
+	rollback bool
+	// Payment, Order-Status
+	cw, cd int
+	byName string
+	amount float64
+	// Delivery
+	carrier int
+	// Stock-Level
+	threshold int
+}
+
+func (t *terminal) customer() int { return nurand(t.r, 1023, t.c.cID, 1, t.s.Customers) }
+
+func (t *terminal) lastName() string {
+	return LastName(nurand(t.r, 255, t.c.cLast, 0, lastNames(t.s)-1))
+}
+
+// draw draws the input of a transaction of kind k (clauses 2.4.1, 2.5.1,
+// 2.6.1, 2.7.1, 2.8.1).
+func (t *terminal) draw(k Kind) input {
+	in := input{kind: k, d: between(t.r, 1, Districts)}
+	switch k {
+	case NewOrder:
+		in.c = t.customer()
+		n := between(t.r, 5, 15)
+		in.rollback = t.r.IntN(100) == 0
+		for i := range n {
+			item := nurand(t.r, 8191, t.c.olIID, 1, t.s.Items)
+			if in.rollback && i == n-1 {
+				item = t.s.Items + 1 // unused: the transaction rolls back
+			}
+			supply := t.w
+			if t.s.Warehouses > 1 && t.r.IntN(100) == 0 {
+				for supply == t.w {
+					supply = between(t.r, 1, t.s.Warehouses)
+				}
+			}
+			in.items, in.supply, in.qty = append(in.items, item), append(in.supply, supply), append(in.qty, between(t.r, 1, 10))
+		}
+		// Order lines in item order (the unused item, the largest, stays
+		// last): concurrent New-Orders then lock stock rows in one order
+		// and do not deadlock in the database.
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.Slice(idx, func(a, b int) bool { return in.items[idx[a]] < in.items[idx[b]] })
+		items, supply, qty := make([]int, n), make([]int, n), make([]int, n)
+		for i, j := range idx {
+			items[i], supply[i], qty[i] = in.items[j], in.supply[j], in.qty[j]
+		}
+		in.items, in.supply, in.qty = items, supply, qty
+	case Payment, OrderStatus:
+		in.cw, in.cd = t.w, in.d
+		if k == Payment && t.s.Warehouses > 1 && t.r.IntN(100) < 15 {
+			for in.cw == t.w {
+				in.cw = between(t.r, 1, t.s.Warehouses)
+			}
+			in.cd = between(t.r, 1, Districts)
+		}
+		if t.r.IntN(100) < 60 {
+			in.byName = t.lastName()
+		} else {
+			in.c = t.customer()
+		}
+		in.amount = float64(between(t.r, 100, 500000)) / 100
+	case Delivery:
+		in.carrier = between(t.r, 1, 10)
+	case StockLevel:
+		in.d = t.d
+		in.threshold = between(t.r, 10, 20)
+	}
+	return in
+}
+
+// run runs one attempt of the transaction in on tx.
+func (t *terminal) run(ctx context.Context, tx Tx, in input) (outcome, error) {
+	switch in.kind {
+	case NewOrder:
+		return t.newOrder(ctx, tx, in)
+	case Payment:
+		return t.payment(ctx, tx, in)
+	case OrderStatus:
+		return outcome{}, t.orderStatus(ctx, tx, in)
+	case Delivery:
+		return outcome{}, t.delivery(ctx, tx, in)
+	default:
+		return outcome{}, t.stockLevel(ctx, tx, in)
+	}
+}
+
+// newOrder is clause 2.4.2. Item, warehouse, customer and stock columns it
+// reads never change, so it reads them without leases; the district's
+// d_next_o_id is the contended value.
+func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, error) {
+	w, d := t.w, in.d
+	wh, ok, err := tx.Get(ctx, MapWarehouse, Unleased, w)
+	if err != nil || !ok {
+		return outcome{}, missing(err, "warehouse", w)
+	}
+	wTax, err := wh.Float("w_tax")
+	if err != nil {
+		return outcome{}, err
+	}
+	dist, ok, err := tx.Get(ctx, MapDistrict, ForUpdate, w, d)
+	if err != nil || !ok {
+		return outcome{}, missing(err, "district", w, d)
+	}
+	dTax, err := dist.Float("d_tax")
+	if err != nil {
+		return outcome{}, err
+	}
+	o, err := dist.Int("d_next_o_id")
+	if err != nil {
+		return outcome{}, err
+	}
+	cust, ok, err := tx.Get(ctx, MapCustomer, Unleased, w, d, in.c)
+	if err != nil || !ok {
+		return outcome{}, missing(err, "customer", w, d, in.c)
+	}
+	disc, err := cust.Float("c_discount")
+	if err != nil {
+		return outcome{}, err
+	}
+	allLocal := 1
+	for _, s := range in.supply {
+		if s != w {
+			allLocal = 0
+		}
+	}
+	now := timestamp(t.stamp())
+	if err := tx.Exec(ctx, "UPDATE district SET d_next_o_id = $1 WHERE d_w_id = $2 AND d_id = $3", o+1, w, d); err != nil {
+		return outcome{}, err
+	}
+	if err := tx.Exec(ctx, "INSERT INTO oorder (o_id, o_d_id, o_w_id, o_c_id, o_entry_d, o_carrier_id, o_ol_cnt, o_all_local) "+
+		"VALUES ($1, $2, $3, $4, CAST($5 AS timestamp), NULL, $6, $7)", o, d, w, in.c, now, len(in.items), allLocal); err != nil {
+		return outcome{}, err
+	}
+	if err := tx.Exec(ctx, "INSERT INTO new_order (no_o_id, no_d_id, no_w_id) VALUES ($1, $2, $3)", o, d, w); err != nil {
+		return outcome{}, err
+	}
+	total := 0.0
+	for i, id := range in.items {
+		item, ok, err := tx.Get(ctx, MapItem, Unleased, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		if !ok {
+			return outcome{rollback: true}, errRollback
+		}
+		price, err := item.Float("i_price")
+		if err != nil {
+			return outcome{}, err
+		}
+		sw, q := in.supply[i], in.qty[i]
+		stock, ok, err := tx.Get(ctx, MapStock, Unleased, sw, id)
+		if err != nil || !ok {
+			return outcome{}, missing(err, "stock", sw, id)
+		}
+		distInfo := stock.Str(fmt.Sprintf("s_dist_%02d", d))
+		remote := 0
+		if sw != w {
+			remote = 1
+		}
+		// s_quantity - q, plus 91 when that leaves fewer than 10 (clause
+		// 2.4.2.2), computed by the store: the quantity is not cached, so
+		// that a remote warehouse's stock can change in this warehouse's
+		// queue.
+		if err := tx.Exec(ctx, "UPDATE stock SET s_quantity = CASE WHEN s_quantity >= $1 + 10 THEN s_quantity - $1 ELSE s_quantity - $1 + 91 END, "+
+			"s_ytd = s_ytd + $1, s_order_cnt = s_order_cnt + 1, s_remote_cnt = s_remote_cnt + $2 WHERE s_w_id = $3 AND s_i_id = $4", q, remote, sw, id); err != nil {
+			return outcome{}, err
+		}
+		amount := cents(float64(q) * price)
+		total += amount
+		if err := tx.Exec(ctx, "INSERT INTO order_line (ol_o_id, ol_d_id, ol_w_id, ol_number, ol_i_id, ol_supply_w_id, ol_delivery_d, ol_quantity, ol_amount, ol_dist_info) "+
+			"VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9)", o, d, w, i+1, id, sw, q, amount, distInfo); err != nil {
+			return outcome{}, err
+		}
+	}
+	_ = total * (1 - disc) * (1 + wTax + dTax) // the total shown to the terminal
+	tx.Patch(MapDistrict.Key(w, d), map[string]any{"$set": map[string]any{"d_next_o_id": o + 1}})
+	tx.Affect(MapLastOrder.Key(w, d, in.c))
+	tx.Affect(MapOrderLines.Key(w, d, o))
+	tx.Affect(MapOldestNewOrder.Key(w, d))
+	tx.Affect(MapStockLevel.Key(w, d))
+	if err := tx.Commit(ctx, Queue(w)); err != nil {
+		return outcome{}, err
+	}
+	return outcome{newOrder: true}, nil
+}
+
+func missing(err error, what string, ids ...any) error {
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("tpcc: %s %v does not exist", what, ids)
+}
+
+// findCustomer returns the customer of a Payment or Order-Status: by
+// number, or by last name the one at position ⌈n/2⌉ of those with that
+// name sorted by first name (clause 2.5.2.2).
+func findCustomer(ctx context.Context, tx Tx, l Lease, in input) (Row, int, error) {
+	c := in.c
+	if in.byName != "" {
+		ids, err := tx.List(ctx, MapCustomersByName, Unleased, in.cw, in.cd, in.byName)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(ids) == 0 {
+			return nil, 0, fmt.Errorf("tpcc: no customer named %s in district %d/%d", in.byName, in.cw, in.cd)
+		}
+		if c, err = ids[(len(ids)+1)/2-1].Int("c_id"); err != nil {
+			return nil, 0, err
+		}
+	}
+	cust, ok, err := tx.Get(ctx, MapCustomer, l, in.cw, in.cd, c)
+	if err != nil || !ok {
+		return nil, 0, missing(err, "customer", in.cw, in.cd, c)
+	}
+	return cust, c, nil
+}
+
+// payment is clause 2.5.2. Warehouse and district year-to-date amounts are
+// changed by the store (no transaction reads them), so the session belongs
+// to the customer's warehouse's queue, which may be another warehouse's.
+func (t *terminal) payment(ctx context.Context, tx Tx, in input) (outcome, error) {
+	w, d := t.w, in.d
+	wh, ok, err := tx.Get(ctx, MapWarehouse, Unleased, w)
+	if err != nil || !ok {
+		return outcome{}, missing(err, "warehouse", w)
+	}
+	dist, ok, err := tx.Get(ctx, MapDistrict, Unleased, w, d)
+	if err != nil || !ok {
+		return outcome{}, missing(err, "district", w, d)
+	}
+	cust, c, err := findCustomer(ctx, tx, ForUpdate, in)
+	if err != nil {
+		return outcome{}, err
+	}
+	bal, err := cust.Float("c_balance")
+	if err != nil {
+		return outcome{}, err
+	}
+	ytd, err := cust.Float("c_ytd_payment")
+	if err != nil {
+		return outcome{}, err
+	}
+	cnt, err := cust.Int("c_payment_cnt")
+	if err != nil {
+		return outcome{}, err
+	}
+	h := in.amount
+	if err := tx.Exec(ctx, "UPDATE warehouse SET w_ytd = w_ytd + $1 WHERE w_id = $2", h, w); err != nil {
+		return outcome{}, err
+	}
+	if err := tx.Exec(ctx, "UPDATE district SET d_ytd = d_ytd + $1 WHERE d_w_id = $2 AND d_id = $3", h, w, d); err != nil {
+		return outcome{}, err
+	}
+	if cust.Str("c_credit") == "BC" {
+		info := fmt.Sprintf("%d %d %d %d %d %.2f|", c, in.cd, in.cw, d, w, h)
+		err = tx.Exec(ctx, "UPDATE customer SET c_balance = c_balance - $1, c_ytd_payment = c_ytd_payment + $1, c_payment_cnt = c_payment_cnt + 1, "+
+			"c_data = substring(concat(CAST($2 AS varchar), c_data), 1, 500) WHERE c_w_id = $3 AND c_d_id = $4 AND c_id = $5", h, info, in.cw, in.cd, c)
+	} else {
+		err = tx.Exec(ctx, "UPDATE customer SET c_balance = c_balance - $1, c_ytd_payment = c_ytd_payment + $1, c_payment_cnt = c_payment_cnt + 1 "+
+			"WHERE c_w_id = $2 AND c_d_id = $3 AND c_id = $4", h, in.cw, in.cd, c)
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	hData := wh.Str("w_name") + "    " + dist.Str("d_name")
+	if err := tx.Exec(ctx, "INSERT INTO history (h_c_id, h_c_d_id, h_c_w_id, h_d_id, h_w_id, h_date, h_amount, h_data) "+
+		"VALUES ($1, $2, $3, $4, $5, CAST($6 AS timestamp), $7, $8)", c, in.cd, in.cw, d, w, timestamp(t.stamp()), h, hData); err != nil {
+		return outcome{}, err
+	}
+	tx.Patch(MapCustomer.Key(in.cw, in.cd, c), map[string]any{"$set": map[string]any{
+		"c_balance": cents(bal - h), "c_ytd_payment": cents(ytd + h), "c_payment_cnt": cnt + 1}})
+	if err := tx.Commit(ctx, Queue(in.cw)); err != nil {
+		return outcome{}, err
+	}
+	return outcome{payment: h}, nil
+}
+
+// orderStatus is clause 2.6.2: read-only, under S leases.
+func (t *terminal) orderStatus(ctx context.Context, tx Tx, in input) error {
+	_, c, err := findCustomer(ctx, tx, Shared, in)
+	if err != nil {
+		return err
+	}
+	ord, ok, err := tx.Get(ctx, MapLastOrder, Shared, in.cw, in.cd, c)
+	if err != nil {
+		return err
+	}
+	if ok {
+		o, err := ord.Int("o_id")
+		if err != nil {
+			return err
+		}
+		lines, err := tx.List(ctx, MapOrderLines, Shared, in.cw, in.cd, o)
+		if err != nil {
+			return err
+		}
+		if len(lines) == 0 {
+			return fmt.Errorf("tpcc: order %d/%d/%d has no order lines", in.cw, in.cd, o)
+		}
+	}
+	return tx.Commit(ctx, "")
+}
+
+// delivery is clause 2.7.4, run at once rather than queued (deferred).
+func (t *terminal) delivery(ctx context.Context, tx Tx, in input) error {
+	w := t.w
+	now := timestamp(t.stamp())
+	delivered := 0
+	for d := 1; d <= Districts; d++ {
+		no, ok, err := tx.Get(ctx, MapOldestNewOrder, ForUpdate, w, d)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // none to deliver in this district (clause 2.7.4.2)
+		}
+		o, err := no.Int("no_o_id")
+		if err != nil {
+			return err
+		}
+		c, err := no.Int("o_c_id")
+		if err != nil {
+			return err
+		}
+		lines, err := tx.List(ctx, MapOrderLines, Shared, w, d, o)
+		if err != nil {
+			return err
+		}
+		sum := 0.0
+		for _, l := range lines {
+			a, err := l.Float("ol_amount")
+			if err != nil {
+				return err
+			}
+			sum += a
+		}
+		sum = cents(sum)
+		stmts := []struct {
+			sql  string
+			args []any
+		}{
+			{"DELETE FROM new_order WHERE no_w_id = $1 AND no_d_id = $2 AND no_o_id = $3", []any{w, d, o}},
+			{"UPDATE oorder SET o_carrier_id = $1 WHERE o_w_id = $2 AND o_d_id = $3 AND o_id = $4", []any{in.carrier, w, d, o}},
+			{"UPDATE order_line SET ol_delivery_d = CAST($1 AS timestamp) WHERE ol_w_id = $2 AND ol_d_id = $3 AND ol_o_id = $4", []any{now, w, d, o}},
+			{"UPDATE customer SET c_balance = c_balance + $1, c_delivery_cnt = c_delivery_cnt + 1 WHERE c_w_id = $2 AND c_d_id = $3 AND c_id = $4", []any{sum, w, d, c}},
+		}
+		for _, s := range stmts {
+			if err := tx.Exec(ctx, s.sql, s.args...); err != nil {
+				return err
+			}
+		}
+		tx.Affect(MapOldestNewOrder.Key(w, d))
+		tx.Affect(MapLastOrder.Key(w, d, c))
+		tx.Affect(MapOrderLines.Key(w, d, o))
+		tx.Patch(MapCustomer.Key(w, d, c), map[string]any{"$inc": map[string]any{"c_balance": sum, "c_delivery_cnt": 1}})
+		delivered++
+	}
+	if delivered == 0 {
+		return tx.Commit(ctx, "")
+	}
+	return tx.Commit(ctx, Queue(w))
+}
+
+// stockLevel is clause 2.8.2: the distinct items of the district's last 20
+// orders whose home stock is below the threshold.
+func (t *terminal) stockLevel(ctx context.Context, tx Tx, in input) error {
+	rows, err := tx.List(ctx, MapStockLevel, Shared, t.w, in.d)
+	if err != nil {
+		return err
+	}
+	low := 0
+	for _, r := range rows {
+		q, err := r.Int("s_quantity")
+		if err != nil {
+			return err
+		}
+		if q < in.threshold {
+			low++
+		}
+	}
+	_ = low // shown to the terminal
+	return tx.Commit(ctx, "")
+}
