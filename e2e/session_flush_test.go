@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFlushAndStatusIncludeSessions: POST /v1/flush (and `writeback
@@ -73,4 +74,79 @@ func TestFlushAndStatusIncludeSessions(t *testing.T) {
 	if st.Sessions == nil || st.Sessions.StoppedQueues != 1 || st.Sessions.Pending != 2 {
 		t.Fatalf("status sessions: %+v; want 1 stopped queue holding 2 sessions", st.Sessions)
 	}
+}
+
+// TestSessionsCountTowardPinnedLimit: pending sessions count toward
+// writeback.pinnedMemoryLimit, and while pinned memory is over it, commits
+// of write-back queue families write through (applied before the answer),
+// until a flush brings it back below 80 % of the limit.
+func TestSessionsCountTowardPinnedLimit(t *testing.T) {
+	b := newBank(t, "pg", 3, 3, 1000)
+	addr := freeAddr(t)
+	cfg := b.config(addr, "  pinnedMemoryLimit: 3000", "")
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := strings.Replace(string(raw), "ownerLease: 1500ms\n  pollInterval: 10ms", "ownerLease: 60s\n  pollInterval: 10s", 1)
+	if err := os.WriteFile(cfg, []byte(slow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := start(t, cfg, addr)
+	ctx := context.Background()
+	pending := func() int64 {
+		t.Helper()
+		st, err := sc.c.Status(ctx)
+		if err != nil || st.Sessions == nil {
+			t.Fatalf("status: %v %+v", err, st)
+		}
+		return st.Sessions.Pending
+	}
+
+	// Below the limit: write-back, the sessions stay pending.
+	n := int64(0)
+	for {
+		b.blindTransfer(t, sc, 0, 0, 1, 1)
+		n++
+		st, err := sc.c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Sessions.Pending != n {
+			t.Fatalf("%d sessions pending after %d write-back commits", st.Sessions.Pending, n)
+		}
+		if st.Sessions.PinnedBytes > 3000 {
+			break
+		}
+		if n > 200 {
+			t.Fatalf("%d sessions pin only %d bytes", n, st.Sessions.PinnedBytes)
+		}
+	}
+	if got := b.balances()[0][1]; got != 1000 {
+		t.Fatalf("account 0/1 is %d while its sessions are pending, want 1000", got)
+	}
+	// Over it: within the watcher's period, commits are applied before
+	// they are answered.
+	want := int64(1000)
+	waitFor(t, 5*time.Second, "a commit applied before its answer", func() bool {
+		b.blindTransfer(t, sc, 1, 0, 1, 1)
+		want++
+		return b.balances()[1][1] == want
+	})
+	b.blindTransfer(t, sc, 1, 0, 1, 1)
+	if got := b.balances()[1][1]; got != want+1 {
+		t.Fatalf("account 1/1 is %d after a commit over the limit, want %d", got, want+1)
+	}
+	if got := pending(); got != n {
+		t.Fatalf("%d sessions pending, want the %d of queue 0 only", got, n)
+	}
+
+	// A flush drains the queues: write-back again.
+	if out, err := cli(t, sc, "flush", "--timeout", "20s"); err != nil {
+		t.Fatalf("flush: %v\n%s", err, out)
+	}
+	waitFor(t, 5*time.Second, "commits that stay pending", func() bool {
+		b.blindTransfer(t, sc, 2, 0, 1, 1)
+		return pending() > 0
+	})
 }

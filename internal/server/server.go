@@ -296,7 +296,8 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // watch refreshes the gauges that reflect Redis state, and switches
-// write-back collections to write-through while pinned memory is above
+// write-back collections and queue families to write-through while pinned
+// memory (buffered writes and pending sessions) is above
 // writeback.pinnedMemoryLimit (back once it drains below 80 % of it).
 func (s *Server) watch(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
@@ -311,7 +312,7 @@ func (s *Server) watch(ctx context.Context) {
 			s.m.OldestPendingAge.Set(st.OldestPending.Seconds())
 			s.m.DeadLetters.Set(float64(st.DeadLetters))
 			if limit > 0 {
-				s.fallback(st.PinnedBytes, limit)
+				s.fallback(st.PinnedBytes+s.sess.pinned.Load(), limit)
 			}
 		}
 		select {
@@ -328,7 +329,7 @@ func (s *Server) fallback(pinned, limit int64) {
 	switch {
 	case !on && pinned > limit:
 		on = true
-		s.log.Warn("pinned memory is above writeback.pinnedMemoryLimit: write-back collections write through until the buffer drains", "pinnedBytes", pinned, "limit", limit)
+		s.log.Warn("pinned memory is above writeback.pinnedMemoryLimit: write-back collections and queues write through until the buffer drains", "pinnedBytes", pinned, "limit", limit)
 	case on && pinned <= limit*8/10:
 		on = false
 		s.log.Info("pinned memory is back below 80% of writeback.pinnedMemoryLimit: write-back again", "pinnedBytes", pinned, "limit", limit)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,9 @@ type sessions struct {
 	app  *bgt.QueueApplier
 	maps *mappings.Set
 	m    *metrics.Sessions
+	// pinned is the session queues' pinned bytes at the last refresh,
+	// which counts toward writeback.pinnedMemoryLimit.
+	pinned atomic.Int64
 }
 
 // newSessions builds the Design 2 part from the queues and mappings of the
@@ -78,6 +82,7 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		return err
 	}
 	svc.Applier = app
+	svc.Fallback = s.svc.Fallback
 	s.sess = &sessions{svc: svc, q: q, app: app, maps: maps, m: sm}
 	return nil
 }
@@ -106,6 +111,7 @@ func (ss *sessions) run(ctx context.Context, wg *sync.WaitGroup) {
 			if st, err := ss.q.Stats(ctx); err == nil {
 				ss.m.PendingSessions.Set(float64(st.PendingSessions))
 				ss.m.PinnedBytes.Set(float64(st.PinnedBytes))
+				ss.pinned.Store(st.PinnedBytes)
 				ss.m.OldestPendingAge.Set(st.OldestPending.Seconds())
 				ss.m.StoppedQueues.Set(float64(st.StoppedQueues))
 			}

@@ -221,7 +221,8 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 // replicas and releases the rest. A voided lease or a refused X lease
 // aborts the session (AbortedError, 409), after a few backoffs for the
 // latter; a bad request is an InvalidError (400) and leaves the session
-// open. In a write-through family the queue is then applied through the
+// open. In a write-through family, and in every family while pinned memory
+// is over its limit (Fallback), the queue is then applied through the
 // session before Commit returns; if that fails, the session stays committed
 // and Commit returns its result with a NotAppliedError.
 func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
@@ -274,7 +275,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	s.release(ctx, id, read)
 	s.m.Commits.WithLabelValues(pl.fam.Name).Inc()
 	res := CommitResult{Session: id, Queue: pl.queue, Seq: seq}
-	if pl.fam.WriteThrough {
+	if pl.fam.WriteThrough || (s.Fallback != nil && s.Fallback()) {
 		// Committed into the queue like any session, so it keeps its
 		// order with the sessions pending before it; then applied through
 		// itself exactly once, as a miss applies a queue's prefix (an

@@ -76,6 +76,9 @@ type Service struct {
 
 	// Applier applies queue prefixes for misses; set before serving.
 	Applier PrefixApplier
+	// Fallback, if set before serving, reports that pinned memory is over
+	// writeback.pinnedMemoryLimit: every family then writes through.
+	Fallback func() bool
 }
 
 // New returns the service.
