@@ -56,6 +56,7 @@ type Sidecar struct {
 	Prefix string         // Redis key prefix of everything it stores
 
 	coll   string
+	key    string // the collection's key field
 	reg    *prometheus.Registry
 	srv    *server.Server
 	rdb    *redis.Client
@@ -74,7 +75,7 @@ func Start(ctx context.Context, o Options) (*Sidecar, error) {
 	}
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	s := &Sidecar{Prefix: fmt.Sprintf("%s-%s-%s", o.PrefixBase, o.Policy, hex.EncodeToString(rnd[:])), coll: o.Collection}
+	s := &Sidecar{Prefix: fmt.Sprintf("%s-%s-%s", o.PrefixBase, o.Policy, hex.EncodeToString(rnd[:])), coll: o.Collection, key: o.Key}
 
 	s.rdb = redis.NewClient(&redis.Options{Addr: o.RedisAddr})
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -265,8 +266,10 @@ func ForgetApplied(ctx context.Context, db *ycsb.DB, collection string) error {
 }
 
 // NewClient returns a ycsb.Client of the sidecar's collection: read = GET
-// /v1/docs/{collection}/{key}, update = PATCH with {"$set":{"field<n>":v}}.
-// A 409 aborted answer is retried after a short backoff, as an application
+// /v1/docs/{collection}/{key}, update = PATCH with {"$set":{"field<n>":v}}
+// (of every field, for ycsb.RecordUpdater), scan = GET
+// /v1/docs/{collection}?from={key}&limit={n} (ycsb.Scanner). A 409 aborted
+// answer to a PATCH is retried after a short backoff, as an application
 // would; any other error is returned.
 func (s *Sidecar) NewClient(fields int) ycsb.Client {
 	names := make([]string, fields)
@@ -275,12 +278,13 @@ func (s *Sidecar) NewClient(fields int) ycsb.Client {
 		names[i] = ycsb.FieldName(i)
 		prefixes[i] = `{"$set":{"` + names[i] + `":`
 	}
-	return &docClient{c: s.Client, coll: s.coll, names: names, setPrefix: prefixes}
+	return &docClient{c: s.Client, coll: s.coll, key: s.key, names: names, setPrefix: prefixes}
 }
 
 type docClient struct {
 	c         *client.Client
 	coll      string
+	key       string // the key field, which scanned documents name themselves by
 	names     []string
 	setPrefix []string // `{"$set":{"field<n>":`
 }
@@ -290,9 +294,18 @@ func (d *docClient) Read(ctx context.Context, key string, decode bool) (ycsb.Row
 	if err != nil || !decode {
 		return nil, err
 	}
+	_, row, err := d.decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", key, err)
+	}
+	return row, nil
+}
+
+// decode returns a document's key and fields.
+func (d *docClient) decode(raw json.RawMessage) (string, ycsb.Row, error) {
 	var doc map[string]*string
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", key, err)
+		return "", nil, err
 	}
 	row := make(ycsb.Row, len(d.names))
 	for i, n := range d.names {
@@ -300,7 +313,25 @@ func (d *docClient) Read(ctx context.Context, key string, decode bool) (ycsb.Row
 			row[i] = *v
 		}
 	}
-	return row, nil
+	var key string
+	if k := doc[d.key]; k != nil {
+		key = *k
+	}
+	return key, row, nil
+}
+
+func (d *docClient) Scan(ctx context.Context, from string, n int) ([]ycsb.Record, error) {
+	docs, err := d.c.Scan(ctx, d.coll, from, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ycsb.Record, len(docs))
+	for i, raw := range docs {
+		if out[i].Key, out[i].Row, err = d.decode(raw); err != nil {
+			return nil, fmt.Errorf("decoding a scanned document: %w", err)
+		}
+	}
+	return out, nil
 }
 
 func (d *docClient) Update(ctx context.Context, key string, field int, value string) error {
@@ -313,7 +344,23 @@ func (d *docClient) Update(ctx context.Context, key string, field int, value str
 	b.WriteString(d.setPrefix[field])
 	b.Write(v)
 	b.WriteString("}}")
-	body := json.RawMessage(b.String())
+	return d.patch(ctx, key, json.RawMessage(b.String()))
+}
+
+func (d *docClient) UpdateRecord(ctx context.Context, key string, row ycsb.Row) error {
+	set := make(map[string]string, len(row))
+	for i, v := range row {
+		set[d.names[i]] = v
+	}
+	body, err := json.Marshal(map[string]any{"$set": set})
+	if err != nil {
+		return err
+	}
+	return d.patch(ctx, key, json.RawMessage(body))
+}
+
+// patch sends a PATCH, retrying 409 aborted answers with backoff.
+func (d *docClient) patch(ctx context.Context, key string, body json.RawMessage) error {
 	backoff := time.Millisecond
 	for {
 		_, err := d.c.Patch(ctx, d.coll, key, body)
@@ -331,4 +378,8 @@ func (d *docClient) Update(ctx context.Context, key string, field int, value str
 
 func (d *docClient) Close() error { return nil }
 
-var _ ycsb.Client = (*docClient)(nil)
+var (
+	_ ycsb.Client        = (*docClient)(nil)
+	_ ycsb.Scanner       = (*docClient)(nil)
+	_ ycsb.RecordUpdater = (*docClient)(nil)
+)

@@ -14,23 +14,27 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // Drivers of DB.
 const (
 	Postgres = "postgres"
 	MySQL    = "mysql"
+	MongoDB  = "mongodb"
 )
 
-// DB is a PostgreSQL or MySQL/MariaDB database holding YCSB tables. Its
-// methods are for one goroutine at a time; clients for concurrent load come
-// from NewClient, each with its own connection.
+// DB is a PostgreSQL, MySQL/MariaDB or MongoDB database holding YCSB tables
+// (MongoDB: collections). Its methods are for one goroutine at a time;
+// clients for concurrent load come from NewClient, each with its own
+// connection (MongoDB: sharing the driver's pool).
 type DB struct {
 	driver string
 	pgCfg  *pgx.ConnConfig
 	pg     *pgx.Conn // postgres: the administrative connection
 	myCfg  *mysql.Config
-	my     *sql.DB // mysql: a pool; NewClient takes a dedicated connection from it
+	my     *sql.DB         // mysql: a pool; NewClient takes a dedicated connection from it
+	mg     *mongo.Database // mongodb (see OpenMongo)
 }
 
 // Open connects to the database. A connection failure says how to start
@@ -70,7 +74,7 @@ func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 			return nil, fmt.Errorf("cannot connect to MySQL/MariaDB at %s/%s (%v); start the services with `make services`", cfg.Addr, cfg.DBName, err)
 		}
 	default:
-		return nil, fmt.Errorf("ycsb: unknown store %q; use postgres or mysql", driver)
+		return nil, fmt.Errorf("ycsb: unknown store %q; use postgres or mysql (MongoDB: OpenMongo)", driver)
 	}
 	return d, nil
 }
@@ -93,13 +97,16 @@ func withoutPoolParams(dsn string) string {
 	return u.String()
 }
 
-// Driver is "postgres" or "mysql".
+// Driver is "postgres", "mysql" or "mongodb".
 func (d *DB) Driver() string { return d.driver }
 
 // Close closes every connection of the DB (clients close their own).
 func (d *DB) Close() error {
-	if d.pg != nil {
+	switch {
+	case d.pg != nil:
 		return d.pg.Close(context.Background())
+	case d.mg != nil:
+		return d.mg.Client().Disconnect(context.Background())
 	}
 	return d.my.Close()
 }
@@ -113,8 +120,12 @@ func (d *DB) Placeholder(n int) string {
 	return "?"
 }
 
-// Exec runs one statement on the administrative connection.
+// Exec runs one statement on the administrative connection of a SQL
+// database.
 func (d *DB) Exec(ctx context.Context, query string, args ...any) error {
+	if d.mg != nil {
+		return errors.New("ycsb: MongoDB runs no SQL statements")
+	}
 	if d.pg != nil {
 		_, err := d.pg.Exec(ctx, query, args...)
 		return err
@@ -127,6 +138,9 @@ func (d *DB) Exec(ctx context.Context, query string, args ...any) error {
 func (d *DB) TableExists(ctx context.Context, table string) (bool, error) {
 	var ok bool
 	var err error
+	if d.mg != nil {
+		return d.mongoHas(ctx, table)
+	}
 	if d.pg != nil {
 		err = d.pg.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok)
 	} else {
@@ -177,6 +191,9 @@ func (d *DB) Drop(ctx context.Context, table string) error {
 	if !tableName.MatchString(table) {
 		return fmt.Errorf("ycsb: table name %q: use lower-case letters, digits and '_'", table)
 	}
+	if d.mg != nil {
+		return d.mg.Collection(table).Drop(ctx)
+	}
 	return d.Exec(ctx, "DROP TABLE IF EXISTS "+table)
 }
 
@@ -192,8 +209,10 @@ func (d *DB) Load(ctx context.Context, s Spec, seed uint64, progress func(rows i
 	if err := d.Drop(ctx, s.Table); err != nil {
 		return fmt.Errorf("ycsb: dropping %s: %w", s.Table, err)
 	}
-	if err := d.Exec(ctx, d.createSQL(s)); err != nil {
-		return fmt.Errorf("ycsb: creating %s: %w", s.Table, err)
+	if d.mg == nil {
+		if err := d.Exec(ctx, d.createSQL(s)); err != nil {
+			return fmt.Errorf("ycsb: creating %s: %w", s.Table, err)
+		}
 	}
 	var done atomic.Int64
 	stop := make(chan struct{})
@@ -215,9 +234,12 @@ func (d *DB) Load(ctx context.Context, s Spec, seed uint64, progress func(rows i
 	}()
 	src := &rowSource{s: s, r: rand.New(rand.NewPCG(seed, 0x5ca1ab1e)), done: &done}
 	var err error
-	if d.driver == Postgres {
+	switch d.driver {
+	case Postgres:
 		err = d.copyPostgres(ctx, src)
-	} else {
+	case MongoDB:
+		err = d.insertMongo(ctx, src)
+	default:
 		err = d.insertMySQL(ctx, src)
 	}
 	close(stop)
@@ -347,9 +369,12 @@ func (d *DB) ReadRows(ctx context.Context, s Spec, keys []string) (map[string]Ro
 	for lo := 0; lo < len(keys); lo += batch {
 		part := keys[lo:min(lo+batch, len(keys))]
 		var err error
-		if d.pg != nil {
+		switch {
+		case d.mg != nil:
+			err = d.readRowsMongo(ctx, s, part, out)
+		case d.pg != nil:
 			err = d.readRowsPostgres(ctx, s, cols, part, out)
-		} else {
+		default:
 			err = d.readRowsMySQL(ctx, s, cols, part, out)
 		}
 		if err != nil {
@@ -425,34 +450,46 @@ func (d *DB) NewClient(ctx context.Context, s Spec) (Client, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if d.mg != nil {
+		return d.newMongoClient(s), nil
+	}
 	read := fmt.Sprintf("SELECT * FROM %s WHERE %s = %s", s.Table, KeyColumn, d.Placeholder(1))
 	updates := make([]string, s.Fields)
 	for i := range updates {
 		updates[i] = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = %s", s.Table, FieldName(i), d.Placeholder(1), KeyColumn, d.Placeholder(2))
 	}
+	scan := fmt.Sprintf("SELECT * FROM %s WHERE %s >= %s ORDER BY %s LIMIT %s", s.Table, KeyColumn, d.Placeholder(1), KeyColumn, d.Placeholder(2))
+	sets := make([]string, s.Fields)
+	for i := range sets {
+		sets[i] = fmt.Sprintf("%s = %s", FieldName(i), d.Placeholder(i+1))
+	}
+	updateAll := fmt.Sprintf("UPDATE %s SET %s WHERE %s = %s", s.Table, strings.Join(sets, ", "), KeyColumn, d.Placeholder(s.Fields+1))
 	if d.pg != nil {
 		conn, err := pgx.ConnectConfig(ctx, d.pgCfg.Copy())
 		if err != nil {
 			return nil, fmt.Errorf("cannot connect to PostgreSQL (%v); start the services with `make services`", err)
 		}
-		return &pgClient{conn: conn, read: read, updates: updates, fields: s.Fields}, nil
+		return &pgClient{conn: conn, read: read, updates: updates, scan: scan, updateAll: updateAll, fields: s.Fields}, nil
 	}
 	conn, err := d.my.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to MySQL/MariaDB (%v); start the services with `make services`", err)
 	}
 	c := &myClient{conn: conn, fields: s.Fields}
-	if c.read, err = conn.PrepareContext(ctx, read); err != nil {
+	prepare := func(q string) *sql.Stmt {
+		st, perr := conn.PrepareContext(ctx, q)
+		if perr != nil && err == nil {
+			err = perr
+		}
+		return st
+	}
+	c.read, c.scan, c.updateAll = prepare(read), prepare(scan), prepare(updateAll)
+	for _, u := range updates {
+		c.updates = append(c.updates, prepare(u))
+	}
+	if err != nil {
 		c.Close()
 		return nil, err
-	}
-	for _, u := range updates {
-		st, err := conn.PrepareContext(ctx, u)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.updates = append(c.updates, st)
 	}
 	return c, nil
 }
@@ -461,10 +498,12 @@ func (d *DB) NewClient(ctx context.Context, s Spec) (Client, error) {
 var errNoRecord = errors.New("ycsb: no such record")
 
 type pgClient struct {
-	conn    *pgx.Conn
-	read    string
-	updates []string
-	fields  int
+	conn      *pgx.Conn
+	read      string
+	updates   []string
+	scan      string
+	updateAll string
+	fields    int
 }
 
 func (c *pgClient) Read(ctx context.Context, key string, decode bool) (Row, error) {
@@ -486,13 +525,58 @@ func (c *pgClient) Update(ctx context.Context, key string, field int, value stri
 	return nil
 }
 
+func (c *pgClient) Scan(ctx context.Context, from string, n int) ([]Record, error) {
+	rows, err := c.conn.Query(ctx, c.scan, from, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanRecords(rows.Next, rows.Scan, rows.Err, c.fields, n)
+}
+
+func (c *pgClient) UpdateRecord(ctx context.Context, key string, row Row) error {
+	tag, err := c.conn.Exec(ctx, c.updateAll, rowArgs(key, row)...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("%w: %s", errNoRecord, key)
+	}
+	return nil
+}
+
 func (c *pgClient) Close() error { return c.conn.Close(context.Background()) }
 
+// rowArgs are the arguments of an update of every field: the values, then
+// the key.
+func rowArgs(key string, row Row) []any {
+	args := make([]any, 0, len(row)+1)
+	for _, v := range row {
+		args = append(args, v)
+	}
+	return append(args, key)
+}
+
+// scanRecords collects the records of a scan's result rows.
+func scanRecords(next func() bool, scan func(...any) error, rowsErr func() error, fields, n int) ([]Record, error) {
+	out := make([]Record, 0, n)
+	for next() {
+		key, row, err := scanRecord(scan, fields)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Record{Key: key, Row: row})
+	}
+	return out, rowsErr()
+}
+
 type myClient struct {
-	conn    *sql.Conn
-	read    *sql.Stmt
-	updates []*sql.Stmt
-	fields  int
+	conn      *sql.Conn
+	read      *sql.Stmt
+	updates   []*sql.Stmt
+	scan      *sql.Stmt
+	updateAll *sql.Stmt
+	fields    int
 }
 
 func (c *myClient) Read(ctx context.Context, key string, decode bool) (Row, error) {
@@ -514,12 +598,38 @@ func (c *myClient) Update(ctx context.Context, key string, field int, value stri
 	return nil
 }
 
-func (c *myClient) Close() error {
-	for _, st := range c.updates {
-		st.Close()
+func (c *myClient) Scan(ctx context.Context, from string, n int) ([]Record, error) {
+	rows, err := c.scan.QueryContext(ctx, from, n)
+	if err != nil {
+		return nil, err
 	}
-	if c.read != nil {
-		c.read.Close()
+	defer rows.Close()
+	return scanRecords(rows.Next, rows.Scan, rows.Err, c.fields, n)
+}
+
+func (c *myClient) UpdateRecord(ctx context.Context, key string, row Row) error {
+	res, err := c.updateAll.ExecContext(ctx, rowArgs(key, row)...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("%w: %s", errNoRecord, key)
+	}
+	return nil
+}
+
+func (c *myClient) Close() error {
+	for _, st := range append(c.updates, c.read, c.scan, c.updateAll) {
+		if st != nil {
+			st.Close()
+		}
 	}
 	return c.conn.Close()
 }
+
+var (
+	_ Scanner       = (*pgClient)(nil)
+	_ RecordUpdater = (*pgClient)(nil)
+	_ Scanner       = (*myClient)(nil)
+	_ RecordUpdater = (*myClient)(nil)
+)

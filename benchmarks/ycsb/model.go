@@ -90,6 +90,20 @@ func (m *Model) Len() int {
 	return n
 }
 
+// Keys are the keys of the records the model knows, in key order.
+func (m *Model) Keys() []string {
+	recs := make([]int64, 0, len(m.recs))
+	for rec := range m.recs {
+		recs = append(recs, rec)
+	}
+	slices.Sort(recs)
+	keys := make([]string, len(recs))
+	for i, rec := range recs {
+		keys[i] = Key(rec)
+	}
+	return keys
+}
+
 // Merge adds the records of o, which must not overlap m's.
 func (m *Model) Merge(o *Model) {
 	for rec, cs := range o.recs {
@@ -131,15 +145,12 @@ type Verification struct {
 // updated field with the model, keeping up to keep mismatches.
 func (m *Model) Verify(ctx context.Context, db *DB, s Spec, keep int) (Verification, error) {
 	var v Verification
+	keys := m.Keys()
 	recs := make([]int64, 0, len(m.recs))
 	for rec := range m.recs {
 		recs = append(recs, rec)
 	}
 	slices.Sort(recs)
-	keys := make([]string, len(recs))
-	for i, rec := range recs {
-		keys[i] = Key(rec)
-	}
 	rows, err := db.ReadRows(ctx, s, keys)
 	if err != nil {
 		return v, err

@@ -10,19 +10,31 @@ import (
 	"time"
 )
 
-// Workload is YCSB's core workload reduced to reads and single-field
+// Workload is YCSB's core workload reduced to reads, short scans and
 // updates, run by concurrent clients for a warm-up and then a measured
 // window.
 //
-// Reads choose any record. Updates of client i choose only records whose
-// number is ≡ i (mod clients): each record has a single writer issuing one
-// update at a time, so the last acknowledged value of every field is known
-// exactly (the Model) and a read of a client's own record must return it
-// (read-your-writes, checked on every such read).
+// Reads and scans choose any record. Updates of client i choose only
+// records whose number is ≡ i (mod clients): each record has a single
+// writer issuing one update at a time, so the last acknowledged value of
+// every field is known exactly (the Model) and a read of a client's own
+// record must return it (read-your-writes, checked on every such read, and
+// on every such record a scan returns).
 type Workload struct {
 	Spec      Spec
 	Clients   int
-	ReadRatio float64       // fraction of operations that are reads
+	ReadRatio float64 // fraction of operations that are reads
+	// ScanRatio is the fraction of operations that are scans of
+	// ScanLength records from a chosen key (YCSB's workload E, the paper's
+	// workload S); every client must then be a Scanner. The operations
+	// that are neither reads nor scans are updates.
+	ScanRatio  float64
+	ScanLength int // records per scan; default 5, the paper's
+	// UpdateAll makes an update set every field of the record, as the
+	// paper's YCSB does, in one operation (every client must then be a
+	// RecordUpdater); by default an update sets one random field, as
+	// YCSB's core workload does (writeallfields=false).
+	UpdateAll bool
 	Chooser   Chooser       // record popularity
 	Warmup    time.Duration // run, unmeasured, before the window
 	Duration  time.Duration // the measured window
@@ -32,6 +44,27 @@ type Workload struct {
 	// OnMeasure and OnMeasureEnd, if set, are called when the measured
 	// window opens and closes (to start and stop a CPU profile, say).
 	OnMeasure, OnMeasureEnd func()
+	// OnOp, if set, is called after every successful operation, warm-up
+	// included, from the client goroutines (a progress counter, say).
+	OnOp func()
+}
+
+// Scanner is a Client that also scans: up to n records in key order from
+// the key from, inclusive.
+type Scanner interface {
+	Scan(ctx context.Context, from string, n int) ([]Record, error)
+}
+
+// Record is a record a scan returned.
+type Record struct {
+	Key string
+	Row Row
+}
+
+// RecordUpdater is a Client that also sets every field of an existing
+// record in one operation.
+type RecordUpdater interface {
+	UpdateRecord(ctx context.Context, key string, row Row) error
 }
 
 // Result is what a run measured. Operations count in the window when they
@@ -41,10 +74,11 @@ type Result struct {
 	Ops     int64         // operations completed successfully in the window
 	Reads   Latencies     // successful reads in the window
 	Updates Latencies     // successful updates in the window
+	Scans   Latencies     // successful scans in the window
 
 	Errors       int64    // failed operations, window or not
 	ErrorSamples []string // the first few errors
-	ReadChecks   int64    // reads of a client's own updated records, compared with the model
+	ReadChecks   int64    // reads (and scanned records) of a client's own updated records, compared with the model
 	StaleReads   int64    // of which returned a value the model rules out
 	StaleSamples []string // the first few stale reads
 
@@ -81,6 +115,20 @@ func (w *Workload) Run(ctx context.Context, clients []Client) (*Result, error) {
 	if w.OpTimeout <= 0 {
 		w.OpTimeout = 10 * time.Second
 	}
+	if w.ScanLength <= 0 {
+		w.ScanLength = 5
+	}
+	if w.ReadRatio < 0 || w.ScanRatio < 0 || w.ReadRatio+w.ScanRatio > 1 {
+		return nil, fmt.Errorf("ycsb: read ratio %v and scan ratio %v; use fractions that add up to at most 1", w.ReadRatio, w.ScanRatio)
+	}
+	for _, c := range clients {
+		if _, ok := c.(Scanner); w.ScanRatio > 0 && !ok {
+			return nil, fmt.Errorf("ycsb: a %T cannot scan; the workload scans", c)
+		}
+		if _, ok := c.(RecordUpdater); w.UpdateAll && !ok {
+			return nil, fmt.Errorf("ycsb: a %T cannot update whole records; the workload does", c)
+		}
+	}
 	var phase atomic.Int32
 	runs := make([]*clientRun, w.Clients)
 	var wg sync.WaitGroup
@@ -114,11 +162,12 @@ func (w *Workload) Run(ctx context.Context, clients []Client) (*Result, error) {
 	wg.Wait()
 
 	res := &Result{Window: window, Model: NewModel(w.Spec.Fields)}
-	var reads, updates [][]time.Duration
+	var reads, updates, scans [][]time.Duration
 	for _, r := range runs {
-		res.Ops += int64(len(r.reads) + len(r.updates))
+		res.Ops += int64(len(r.reads) + len(r.updates) + len(r.scans))
 		reads = append(reads, r.reads)
 		updates = append(updates, r.updates)
+		scans = append(scans, r.scans)
 		res.Errors += r.errors
 		res.ReadChecks += r.checks
 		res.StaleReads += r.stale
@@ -126,7 +175,7 @@ func (w *Workload) Run(ctx context.Context, clients []Client) (*Result, error) {
 		res.StaleSamples = appendSamples(res.StaleSamples, r.staleSamples)
 		res.Model.Merge(r.model)
 	}
-	res.Reads, res.Updates = merge(reads), merge(updates)
+	res.Reads, res.Updates, res.Scans = merge(reads), merge(updates), merge(scans)
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("ycsb: run interrupted: %w", err)
 	}
@@ -152,6 +201,7 @@ type clientRun struct {
 	model *Model
 
 	reads, updates []time.Duration
+	scans          []time.Duration
 	errors         int64
 	errorSamples   []string
 	checks, stale  int64
@@ -167,8 +217,12 @@ func (cr *clientRun) loop(ctx context.Context) {
 			return
 		}
 		rec := w.Chooser.Next(cr.r)
-		if cr.r.Float64() < w.ReadRatio {
+		switch x := cr.r.Float64(); {
+		case x < w.ReadRatio:
 			cr.read(ctx, rec, ph == phaseMeasure)
+			continue
+		case x < w.ReadRatio+w.ScanRatio:
+			cr.scan(ctx, rec, ph == phaseMeasure)
 			continue
 		}
 		// Move the chosen record to the nearest one of this client's:
@@ -182,7 +236,7 @@ func (cr *clientRun) loop(ctx context.Context) {
 }
 
 func (cr *clientRun) read(ctx context.Context, rec int64, measured bool) {
-	check := rec%int64(cr.w.Clients) == int64(cr.id) && cr.model.Has(rec)
+	check := cr.own(rec)
 	key := Key(rec)
 	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
 	start := time.Now()
@@ -196,19 +250,78 @@ func (cr *clientRun) read(ctx context.Context, rec int64, measured bool) {
 	if measured {
 		cr.reads = append(cr.reads, took)
 	}
+	cr.done()
 	if check {
-		cr.checks++
-		if f := cr.model.Check(rec, row); f >= 0 {
-			cr.stale++
-			if len(cr.staleSamples) < maxSamples {
-				c := cr.model.recs[rec][f]
-				cr.staleSamples = append(cr.staleSamples, fmt.Sprintf("%s.%s: read %s, last acknowledged %s", key, FieldName(f), quote(row[f]), c.want()))
-			}
+		cr.check(rec, row, "read")
+	}
+}
+
+// own reports whether rec is one of this client's records with an update
+// the model knows: a read of it must return the last acknowledged values.
+func (cr *clientRun) own(rec int64) bool {
+	return rec%int64(cr.w.Clients) == int64(cr.id) && cr.model.Has(rec)
+}
+
+// check compares a read of one of the client's own records with the model.
+func (cr *clientRun) check(rec int64, row Row, op string) {
+	cr.checks++
+	if f := cr.model.Check(rec, row); f >= 0 {
+		cr.stale++
+		if len(cr.staleSamples) < maxSamples {
+			c := cr.model.recs[rec][f]
+			cr.staleSamples = append(cr.staleSamples, fmt.Sprintf("%s.%s: %s %s, last acknowledged %s", Key(rec), FieldName(f), op, quote(row[f]), c.want()))
+		}
+	}
+}
+
+func (cr *clientRun) done() {
+	if cr.w.OnOp != nil {
+		cr.w.OnOp()
+	}
+}
+
+// scan reads ScanLength records from rec on. Nothing inserts or deletes
+// records, so the keys a scan must return are known: any other answer is
+// an error.
+func (cr *clientRun) scan(ctx context.Context, rec int64, measured bool) {
+	n := cr.w.ScanLength
+	key := Key(rec)
+	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
+	start := time.Now()
+	recs, err := cr.c.(Scanner).Scan(octx, key, n)
+	took := time.Since(start)
+	cancel()
+	if err != nil {
+		cr.fail(ctx, "scan", key, err)
+		return
+	}
+	want := min(int64(n), cr.w.Spec.Records-rec)
+	if int64(len(recs)) != want {
+		cr.fail(ctx, "scan", key, fmt.Errorf("returned %d records, want %d", len(recs), want))
+		return
+	}
+	for i, r := range recs {
+		if r.Key != Key(rec+int64(i)) {
+			cr.fail(ctx, "scan", key, fmt.Errorf("record %d is %q, want %q", i, r.Key, Key(rec+int64(i))))
+			return
+		}
+	}
+	if measured {
+		cr.scans = append(cr.scans, took)
+	}
+	cr.done()
+	for i, r := range recs {
+		if got := rec + int64(i); cr.own(got) {
+			cr.check(got, r.Row, "scanned")
 		}
 	}
 }
 
 func (cr *clientRun) update(ctx context.Context, rec int64, measured bool) {
+	if cr.w.UpdateAll {
+		cr.updateAll(ctx, rec, measured)
+		return
+	}
 	key := Key(rec)
 	field := cr.r.IntN(cr.w.Spec.Fields)
 	value := RandomValue(cr.r, cr.w.Spec.FieldSize)
@@ -226,6 +339,36 @@ func (cr *clientRun) update(ctx context.Context, rec int64, measured bool) {
 	if measured {
 		cr.updates = append(cr.updates, took)
 	}
+	cr.done()
+}
+
+// updateAll sets every field of rec to a new value in one operation.
+func (cr *clientRun) updateAll(ctx context.Context, rec int64, measured bool) {
+	key := Key(rec)
+	row := make(Row, cr.w.Spec.Fields)
+	for f := range row {
+		row[f] = RandomValue(cr.r, cr.w.Spec.FieldSize)
+	}
+	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
+	start := time.Now()
+	err := cr.c.(RecordUpdater).UpdateRecord(octx, key, row)
+	took := time.Since(start)
+	cancel()
+	for f, v := range row {
+		if err != nil {
+			cr.model.Fail(rec, f, v)
+		} else {
+			cr.model.Ack(rec, f, v)
+		}
+	}
+	if err != nil {
+		cr.fail(ctx, "update", key, err)
+		return
+	}
+	if measured {
+		cr.updates = append(cr.updates, took)
+	}
+	cr.done()
 }
 
 func (cr *clientRun) fail(ctx context.Context, op, key string, err error) {

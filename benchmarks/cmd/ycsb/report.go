@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+)
+
+// report is one store's results: the JSON file's content.
+type report struct {
+	Environment bench.Environment `json:"environment"`
+	Settings    settings          `json:"settings"`
+	Runs        []*Run            `json:"runs"`
+	Ratios      []ratio           `json:"ratios,omitempty"`
+	Sweep       []*Run            `json:"sweep,omitempty"`
+	Files       []string          `json:"files"`
+	Notes       []string          `json:"notes"`
+}
+
+type settings struct {
+	Store          string   `json:"store"`
+	Records        int64    `json:"records"`
+	Fields         int      `json:"fields"`
+	FieldSize      int      `json:"field_size"`
+	Threads        int      `json:"threads"`
+	DurationS      float64  `json:"duration_s"`
+	WarmupS        float64  `json:"warmup_s"`
+	SweepDurationS float64  `json:"sweep_duration_s"`
+	Distribution   string   `json:"distribution"`
+	UpdateAll      bool     `json:"update_all"`
+	ScanLength     int      `json:"scan_length"`
+	Workloads      []string `json:"workloads"`
+	Policies       []string `json:"policies"`
+	SweepWorkers   []int    `json:"sweep_workers,omitempty"`
+	SweepWorkloads []string `json:"sweep_workloads,omitempty"`
+	Seed           uint64   `json:"seed"`
+}
+
+// ratio is a throughput ratio of two policies on one workload.
+type ratio struct {
+	Workload string  `json:"workload"`
+	Of       string  `json:"of"`
+	To       string  `json:"to"`
+	Ratio    float64 `json:"ratio"`
+}
+
+func newReport(o *options, store string) *report {
+	host, _ := os.Hostname()
+	rep := &report{
+		Environment: bench.Environment{
+			Started: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
+			Command: "go run ./benchmarks/cmd/ycsb " + strings.Join(o.args, " "), Quick: o.quick,
+		},
+		Settings: settings{
+			Store: store, Records: o.records, Fields: o.fields, FieldSize: o.fieldSize, Threads: o.threads,
+			DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), SweepDurationS: o.sweepDuration.Seconds(),
+			Distribution: o.distribution, UpdateAll: o.updateAll, ScanLength: o.scanLength,
+			Workloads: o.workloads, Policies: o.policies, SweepWorkers: o.sweepWorkers, SweepWorkloads: o.sweepWorkloads, Seed: o.seed,
+		},
+		Notes: []string{
+			"Every run loads a fresh table, starts a fresh sidecar and reads every record once before its warm-up (a warm cache and buffer pool).",
+			"pending/pinned/applied are read when the measured window closes, before the flush; applied% = applied / (applied + pending) changes since the sidecar started.",
+			"Latencies are in milliseconds, as the client saw them, from every operation of the measured window.",
+		},
+	}
+	if !o.compare {
+		rep.Runs = []*Run{}
+	}
+	return rep
+}
+
+// sortRuns orders the comparison's runs by workload, then policy, in the
+// order of the flags, as the table shows them; the sweep's by workload,
+// then appliers.
+func (rep *report) sortRuns() {
+	wi := func(w string) int { return slices.Index(workloadNames, w) }
+	slices.SortStableFunc(rep.Runs, func(a, b *Run) int {
+		if d := wi(a.Workload) - wi(b.Workload); d != 0 {
+			return d
+		}
+		return slices.Index(bench.Policies, a.Policy) - slices.Index(bench.Policies, b.Policy)
+	})
+	slices.SortStableFunc(rep.Sweep, func(a, b *Run) int {
+		if d := wi(a.Workload) - wi(b.Workload); d != 0 {
+			return d
+		}
+		return a.Workers - b.Workers
+	})
+}
+
+// find returns the run of a policy on a workload that ran, or nil.
+func (rep *report) find(workload, policy string) *Run {
+	for _, r := range rep.Runs {
+		if r.Workload == workload && r.Policy == policy && r.Skipped == "" {
+			return r
+		}
+	}
+	return nil
+}
+
+// ratios are write-back's throughput against the database alone, its
+// asynchronous commit and write-through on workloads A and B (the paper's
+// headline comparisons), and the Redis-protocol front door's against the
+// database.
+func (rep *report) ratios() []ratio {
+	var out []ratio
+	pairs := [][2]string{
+		{bench.WriteBack, bench.Database}, {bench.WriteBack, bench.DatabaseAsync}, {bench.WriteBack, bench.WriteThrough},
+		{bench.WriteBackRESP, bench.Database}, {bench.WriteBackRESP, bench.DatabaseAsync}, {bench.WriteBackRESP, bench.WriteThrough},
+	}
+	for _, w := range []string{"A", "B"} {
+		for _, pr := range pairs {
+			a, b := rep.find(w, pr[0]), rep.find(w, pr[1])
+			if a == nil || b == nil || b.Throughput == 0 {
+				continue
+			}
+			out = append(out, ratio{Workload: w, Of: pr[0], To: pr[1], Ratio: a.Throughput / b.Throughput})
+		}
+	}
+	return out
+}
+
+// ms formats a latency in milliseconds, "-" without samples.
+func ms(l bench.Latency) string {
+	if l.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", l.P50)
+}
+
+func p99(l bench.Latency) string {
+	if l.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", l.P99)
+}
+
+// print writes the store's tables and ratios.
+func (rep *report) print(w io.Writer) {
+	store := rep.Settings.Store
+	if len(rep.Runs) > 0 {
+		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %d threads, %s keys, %s; %gs measured per run (latencies in ms)\n",
+			store, rep.Settings.Records, rep.Settings.Fields, rep.Settings.FieldSize, rep.Settings.Threads, rep.Settings.Distribution,
+			map[bool]string{true: "updates set every field", false: "updates set one field"}[rep.Settings.UpdateAll], rep.Settings.DurationS)
+		t := bench.Table{Header: []string{"workload", "policy", "ops/s", "read p50", "read p99", "update p50", "update p99", "scan p50", "scan p99", "pending", "pinned", "applied", "hits", "verify"}}
+		var skipped []string
+		for _, r := range rep.Runs {
+			if r.Skipped != "" {
+				t.Add(r.Workload, r.Policy, "n/a", "", "", "", "", "", "", "", "", "", "", "skipped")
+				skipped = append(skipped, fmt.Sprintf("%s on %s: %s", r.Policy, r.Workload, r.Skipped))
+				continue
+			}
+			pending, pinned, applied, hits := "-", "-", "-", "-"
+			if r.Sidecar {
+				pending, pinned = fmt.Sprint(r.PendingChanges), kib(float64(r.PinnedBytes))
+				if r.AppliedChanges+float64(r.PendingChanges) > 0 {
+					applied = fmt.Sprintf("%.1f%%", r.AppliedPercent)
+				}
+				hits = fmt.Sprintf("%.1f%%", r.CacheHitPercent)
+			}
+			t.Add(r.Workload, r.Policy, fmt.Sprintf("%.0f", r.Throughput), ms(r.Read), p99(r.Read), ms(r.Update), p99(r.Update),
+				ms(r.Scan), p99(r.Scan), pending, pinned, applied, hits, verdict(r))
+		}
+		_ = t.Write(w)
+		for _, s := range skipped {
+			fmt.Fprintf(w, "  n/a: %s\n", s)
+		}
+		if rs := rep.Ratios; len(rs) > 0 {
+			fmt.Fprintln(w)
+			for _, x := range rs {
+				fmt.Fprintf(w, "%s  %-15s / %-14s throughput %s\n", x.Workload, x.Of, x.To, bench.Ratio(x.Ratio, 1))
+			}
+		}
+	}
+	if len(rep.Sweep) > 0 {
+		fmt.Fprintf(w, "\nApplier sweep on %s (write-back, paper's Figure 5): %gs measured per run; throughput normalized to %s\n",
+			store, rep.Settings.SweepDurationS, plural(rep.Sweep[0].Workers, "applier"))
+		t := bench.Table{Header: []string{"workload", "appliers", "ops/s", "normalized", "applied", "pending", "pinned", "docs/batch", "update p50", "verify"}}
+		for _, r := range rep.Sweep {
+			t.Add(r.Workload, r.Workers, fmt.Sprintf("%.0f", r.Throughput), bench.Ratio(r.Throughput, rep.sweepBase(r.Workload)),
+				fmt.Sprintf("%.1f%%", r.AppliedPercent), r.PendingChanges, kib(float64(r.PinnedBytes)), fmt.Sprintf("%.1f", r.ApplierBatchDocs), ms(r.Update), verdict(r))
+		}
+		_ = t.Write(w)
+	}
+	for _, f := range rep.Files {
+		fmt.Fprintf(w, "wrote %s\n", f)
+	}
+}
+
+func verdict(r *Run) string {
+	if r.ok() {
+		return "ok"
+	}
+	return "FAILED"
+}
+
+// sweepBase is the throughput of the workload's first sweep run, which the
+// others are normalized to.
+func (rep *report) sweepBase(workload string) float64 {
+	for _, r := range rep.Sweep {
+		if r.Workload == workload {
+			return r.Throughput
+		}
+	}
+	return 0
+}
+
+// write writes the JSON file and the plots under dir, and records their
+// names in rep.Files (print shows them).
+func (rep *report) write(dir string) error {
+	rep.Ratios = rep.ratios()
+	store := rep.Settings.Store
+	path := func(suffix string) string { return filepath.Join(dir, "ycsb-"+store+suffix) }
+	var files []string
+	if len(rep.Runs) > 0 {
+		var groups []string
+		for _, r := range rep.Runs {
+			if !slices.Contains(groups, r.Workload) {
+				groups = append(groups, r.Workload)
+			}
+		}
+		var series []bench.Series
+		for _, p := range bench.Policies {
+			if !slices.Contains(rep.Settings.Policies, p) {
+				continue
+			}
+			s := bench.Series{Name: p, Y: make([]float64, len(groups))}
+			for i, g := range groups {
+				if r := rep.find(g, p); r != nil {
+					s.Y[i] = r.Throughput
+				}
+			}
+			series = append(series, s)
+		}
+		f := bench.Figure{Title: fmt.Sprintf("YCSB throughput on %s (%d threads; n/a bars are 0)", store, rep.Settings.Threads),
+			XLabel: "workload", YLabel: "throughput (ops/s)", YFromZero: true}
+		if err := bench.Bars(path("-throughput.png"), f, groups, series); err != nil {
+			return err
+		}
+		files = append(files, path("-throughput.png"))
+
+		var lines []bench.Series
+		for _, r := range rep.Runs {
+			if r.Skipped != "" || len(r.PinnedOverTime) == 0 || (r.Policy != bench.WriteBack && r.Policy != bench.WriteBackRESP) {
+				continue
+			}
+			name := r.Workload
+			if r.Policy == bench.WriteBackRESP {
+				name += " (RESP)"
+			}
+			x, y := bench.XY(r.PinnedOverTime, 1.0/1024)
+			lines = append(lines, bench.Series{Name: name, X: x, Y: y})
+		}
+		if len(lines) > 0 {
+			f := bench.Figure{Title: fmt.Sprintf("Pinned buffered writes during the write-back runs on %s (warm-up of %gs included)", store, rep.Settings.WarmupS),
+				XLabel: "time since the run started (s)", YLabel: "pinned memory (KiB)", YFromZero: true}
+			if err := bench.Lines(path("-pinned.png"), f, lines); err != nil {
+				return err
+			}
+			files = append(files, path("-pinned.png"))
+		}
+	}
+	if len(rep.Sweep) > 0 {
+		var thr, applied, pinned []bench.Series
+		for _, w := range rep.Settings.SweepWorkloads {
+			var x, yt, ya, yp []float64
+			base := rep.sweepBase(w)
+			for _, r := range rep.Sweep {
+				if r.Workload != w {
+					continue
+				}
+				x = append(x, float64(r.Workers))
+				if base > 0 {
+					yt = append(yt, r.Throughput/base)
+				} else {
+					yt = append(yt, 0)
+				}
+				ya = append(ya, r.AppliedPercent)
+				yp = append(yp, float64(r.PinnedBytes)/1024)
+			}
+			if len(x) == 0 {
+				continue
+			}
+			name := "workload " + w
+			thr = append(thr, bench.Series{Name: name, X: x, Y: yt})
+			applied = append(applied, bench.Series{Name: name, X: x, Y: ya})
+			pinned = append(pinned, bench.Series{Name: name, X: x, Y: yp})
+		}
+		xl := "appliers (writeback.workers)"
+		plots := []struct {
+			suffix string
+			f      bench.Figure
+			s      []bench.Series
+		}{
+			{"-sweep-throughput.png", bench.Figure{Title: fmt.Sprintf("Throughput vs appliers, write-back on %s (Figure 5a)", store), XLabel: xl,
+				YLabel: fmt.Sprintf("throughput relative to %s (×)", plural(rep.Sweep[0].Workers, "applier")), YFromZero: true}, thr},
+			{"-sweep-applied.png", bench.Figure{Title: fmt.Sprintf("Changes applied by the end of the run, write-back on %s (Figure 5b)", store), XLabel: xl,
+				YLabel: "changes applied by the end of the run (%)", YFromZero: true}, applied},
+			{"-sweep-pinned.png", bench.Figure{Title: fmt.Sprintf("Pinned memory at the end of the run, write-back on %s (Figure 5c)", store), XLabel: xl,
+				YLabel: "pinned memory at the end of the run (KiB)", YFromZero: true}, pinned},
+		}
+		for _, p := range plots {
+			if err := bench.Lines(path(p.suffix), p.f, p.s); err != nil {
+				return err
+			}
+			files = append(files, path(p.suffix))
+		}
+	}
+	files = append(files, path(".json"))
+	rep.Files = files
+	return bench.WriteJSON(path(".json"), rep)
+}
+
+func pingRedis(ctx context.Context, addr string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("cannot connect to Redis at %s (%v); start the services with `make services`", addr, err)
+	}
+	return nil
+}

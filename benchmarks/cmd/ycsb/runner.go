@@ -1,0 +1,539 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/sidecar"
+	"github.com/writeback/writeback/benchmarks/ycsb"
+	"github.com/writeback/writeback/internal/config"
+)
+
+// workload is one of the paper's Table 3: the fractions of reads and scans;
+// the other operations are updates.
+type workload struct {
+	name       string
+	read, scan float64
+}
+
+var workloadList = []workload{
+	{"A", 0.5, 0},
+	{"B", 0.95, 0},
+	{"C", 1, 0},
+	{"S", 0, 0.95},
+}
+
+var workloadNames = []string{"A", "B", "C", "S"}
+
+func workloadByName(name string) workload {
+	for _, w := range workloadList {
+		if w.name == name {
+			return w
+		}
+	}
+	panic("ycsb: unknown workload " + name) // parseFlags allows only known ones
+}
+
+// Reasons a policy does not run a workload or on a store.
+const (
+	respNoScan  = "the Redis-protocol front door has no scan command (docs/api.md, Redis protocol)"
+	respNoMongo = "the Redis-protocol front door serves SQL collections only (docs/api.md, MongoDB collections)"
+)
+
+// skipReason says why policy p cannot run workload w on store, or "".
+func skipReason(store, p string, w workload) string {
+	if p != bench.WriteBackRESP {
+		return ""
+	}
+	if store == ycsb.MongoDB {
+		return respNoMongo
+	}
+	if w.scan > 0 {
+		return respNoScan
+	}
+	return ""
+}
+
+// Run is what one run measured, as the JSON has it.
+type Run struct {
+	Store    string `json:"store"`
+	Policy   string `json:"policy"`
+	Workload string `json:"workload"`
+	// Workers is the sidecar's writeback.workers (appliers); 0 for the
+	// database alone.
+	Workers int `json:"workers,omitempty"`
+	// Skipped says why the policy cannot run the workload; nothing else is
+	// set then.
+	Skipped string `json:"skipped,omitempty"`
+
+	Throughput float64       `json:"ops_per_s"`
+	Ops        int64         `json:"ops"`
+	WindowS    float64       `json:"window_s"`
+	Read       bench.Latency `json:"read"`
+	Update     bench.Latency `json:"update"`
+	Scan       bench.Latency `json:"scan"`
+	LoadS      float64       `json:"load_s"`
+	WarmS      float64       `json:"warm_s"`
+
+	Errors       int64    `json:"errors"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	ReadChecks   int64    `json:"read_checks"`
+	StaleReads   int64    `json:"stale_reads"`
+	StaleSamples []string `json:"stale_samples,omitempty"`
+	// Verified is the number of updated fields compared with the database
+	// after the run (and the flush); Mismatches the first that differed.
+	Verified   int      `json:"verified_fields"`
+	Mismatches []string `json:"mismatches,omitempty"`
+	Mismatched int      `json:"mismatched_fields"`
+
+	// Sidecar runs: the buffer when the measured window closed (before the
+	// flush), the changes applied by then (writeback_applied_changes_total
+	// since the sidecar started), applied / (applied + pending) in percent,
+	// the cache hit ratio of the measured window, and the flush.
+	Sidecar           bool           `json:"sidecar"`
+	PendingChanges    int64          `json:"pending_changes_at_end"`
+	PendingDocuments  int64          `json:"pending_documents_at_end"`
+	PinnedBytes       int64          `json:"pinned_bytes_at_end"`
+	AppliedChanges    float64        `json:"applied_changes_at_end"`
+	AppliedPercent    float64        `json:"applied_percent_at_end"`
+	CacheHitPercent   float64        `json:"cache_hit_percent"`
+	FlushS            float64        `json:"flush_s"`
+	FlushApplied      int64          `json:"flush_applied"`
+	PinnedOverTime    []bench.Sample `json:"pinned_bytes_over_time,omitempty"` // t_s since the workload started (warm-up included)
+	WarmupS           float64        `json:"warmup_s"`
+	ApplierBatches    uint64         `json:"applier_batches"`
+	ApplierBatchDocs  float64        `json:"applier_docs_per_batch"`
+	ApplierBatchMeanS float64        `json:"applier_batch_mean_s"`
+}
+
+// ok reports whether the run verified: no failed operation, no stale read,
+// no mismatch.
+func (r *Run) ok() bool {
+	return r.Skipped != "" || (r.Errors == 0 && r.StaleReads == 0 && r.Mismatched == 0)
+}
+
+// problem describes why the run did not verify, in one sentence.
+func (r *Run) problem() string {
+	var parts []string
+	if r.Errors > 0 {
+		parts = append(parts, fmt.Sprintf("%d operations failed (%s)", r.Errors, strings.Join(r.ErrorSamples, "; ")))
+	}
+	if r.StaleReads > 0 {
+		parts = append(parts, fmt.Sprintf("%d reads returned a value older than the client's last acknowledged write (%s)", r.StaleReads, strings.Join(r.StaleSamples, "; ")))
+	}
+	if r.Mismatched > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d updated fields differ in the database after the flush (%s)", r.Mismatched, r.Verified, strings.Join(r.Mismatches, "; ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// env is one store's connections and settings, shared by its runs.
+type env struct {
+	o      *options
+	store  string
+	db     *ycsb.DB
+	spec   ycsb.Spec
+	chsr   ycsb.Chooser
+	stderr io.Writer
+	log    *slog.Logger // the sidecars'
+}
+
+func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
+
+// keyField is the key of the sidecar's collection.
+func (e *env) keyField() string {
+	if e.store == ycsb.MongoDB {
+		return "_id"
+	}
+	return ycsb.KeyColumn
+}
+
+func (e *env) open(ctx context.Context, dsn string) (*ycsb.DB, error) {
+	if e.store == ycsb.MongoDB {
+		return ycsb.OpenMongo(ctx, dsn, e.o.mongoDatabase)
+	}
+	return ycsb.Open(ctx, e.store, dsn)
+}
+
+// runStore runs the comparison and the sweep on one store. On a failure it
+// returns the report so far and the error; the table is then kept.
+func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (*report, error) {
+	e := &env{o: o, store: store, spec: o.spec(), stderr: stderr, log: sidecarLog(stderr)}
+	var err error
+	if e.chsr, err = ycsb.NewChooser(o.distribution, o.records); err != nil {
+		return nil, err
+	}
+	if e.db, err = e.open(ctx, o.dsn(store)); err != nil {
+		return nil, err
+	}
+	defer e.db.Close()
+	if err := pingRedis(ctx, o.redis); err != nil {
+		return nil, err
+	}
+	rep := newReport(o, store)
+	e.logf("ycsb: %s, %d records × %d fields × %d B, %d threads, %s keys, updates of %s; per run %v warm-up + %v measured; %d CPUs",
+		store, o.records, o.fields, o.fieldSize, o.threads, o.distribution, map[bool]string{true: "every field", false: "one field"}[o.updateAll],
+		o.warmup, o.duration, runtime.NumCPU())
+	fail := func(err error) (*report, error) {
+		e.logf("ycsb: kept %s for inspection", o.table)
+		rep.sortRuns()
+		return rep, err
+	}
+	// series runs workloads one after another on one fresh table and one
+	// sidecar (or set of direct clients).
+	series := func(p string, workers int, names []string, duration time.Duration, into *[]*Run) error {
+		var todo []workload
+		for _, wn := range names {
+			w := workloadByName(wn)
+			if why := skipReason(store, p, w); why != "" {
+				*into = append(*into, &Run{Store: store, Policy: p, Workload: w.name, Skipped: why})
+				e.logf("[ycsb-%s %s %s] not applicable: %s", w.name, p, store, why)
+				continue
+			}
+			todo = append(todo, w)
+		}
+		if len(todo) == 0 {
+			return nil
+		}
+		s, err := e.setup(ctx, p, workers)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		defer s.close()
+		for _, w := range todo {
+			r, err := s.run(ctx, w, duration)
+			if r != nil {
+				*into = append(*into, r)
+			}
+			if err != nil {
+				return fmt.Errorf("workload %s, %s: %w", w.name, s.tag(w), err)
+			}
+			if !r.ok() {
+				return fmt.Errorf("workload %s, %s: verification failed: %s", w.name, s.tag(w), r.problem())
+			}
+		}
+		return nil
+	}
+	if o.compare {
+		for _, p := range o.policies {
+			if err := series(p, 0, o.workloads, o.duration, &rep.Runs); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	for _, n := range o.sweepWorkers {
+		if err := series(bench.WriteBack, n, o.sweepWorkloads, o.sweepDuration, &rep.Sweep); err != nil {
+			return fail(fmt.Errorf("sweep: %w", err))
+		}
+	}
+	rep.sortRuns()
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.db.Drop(cctx, o.table); err != nil {
+		e.logf("ycsb: dropping %s: %v", o.table, err)
+	}
+	if err := sidecar.ForgetApplied(cctx, e.db, o.table); err != nil {
+		e.logf("ycsb: deleting the applied records of %s: %v", o.table, err)
+	}
+	return rep, nil
+}
+
+// setup is a freshly loaded table and the clients of one policy: direct
+// database clients, or the clients of a fresh sidecar (with workers
+// appliers when workers > 0).
+type setup struct {
+	e       *env
+	policy  string
+	workers int  // the sidecar's appliers; 0 for the database alone
+	sweep   bool // a run of the applier sweep
+	loadS   float64
+	warmed  bool // every record has been read through the clients
+	clients []ycsb.Client
+	sc      *sidecar.Sidecar
+	closers []func()
+}
+
+func (s *setup) tag(w workload) string {
+	if s.sweep {
+		return fmt.Sprintf("ycsb-%s %s %s, %s", w.name, s.policy, s.e.store, plural(s.workers, "applier"))
+	}
+	return fmt.Sprintf("ycsb-%s %s %s", w.name, s.policy, s.e.store)
+}
+
+func (s *setup) close() {
+	for _, c := range s.clients {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+func (e *env) setup(ctx context.Context, p string, workers int) (_ *setup, err error) {
+	o := e.o
+	s := &setup{e: e, policy: p, sweep: workers > 0, clients: make([]ycsb.Client, o.threads)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	start := time.Now()
+	if err := e.db.Load(ctx, e.spec, o.seed, nil); err != nil {
+		return nil, err
+	}
+	s.loadS = time.Since(start).Seconds()
+	if err := sidecar.ForgetApplied(ctx, e.db, e.spec.Table); err != nil {
+		return nil, err
+	}
+	collPolicy, viaSidecar := bench.Sidecar(p)
+	switch {
+	case viaSidecar:
+		so := sidecar.Options{
+			Policy: collPolicy, Driver: e.store, DSN: o.dsn(e.store), Database: o.mongoDatabase,
+			RedisAddr: o.redis, Collection: e.spec.Table, Key: e.keyField(), PrefixBase: "ycsb", Log: e.log,
+		}
+		if p == bench.WriteBackRESP {
+			so.ListenResp = "127.0.0.1:0"
+		}
+		if workers > 0 {
+			so.Configure = func(c *config.Config) { c.Writeback.Workers = workers }
+		}
+		s.workers = sidecarWorkers(workers)
+		sc, err := sidecar.Start(ctx, so)
+		if err != nil {
+			return nil, err
+		}
+		s.sc = sc
+		s.closers = append(s.closers, func() {
+			if err := sc.Close(); err != nil {
+				e.logf("[%s %s] stopping the sidecar: %v", p, e.store, err)
+			}
+		})
+		for i := range s.clients {
+			if p == bench.WriteBackRESP {
+				if s.clients[i], err = sc.NewRespClient(o.fields); err != nil {
+					return nil, err
+				}
+			} else {
+				s.clients[i] = sc.NewClient(o.fields)
+			}
+		}
+	case p == bench.DatabaseAsync:
+		db := e.db
+		if e.store == ycsb.MySQL {
+			restore, err := bench.MySQLAsync(ctx, o.dsn(e.store))
+			if err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, func() {
+				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := restore(rctx); err != nil {
+					e.logf("[%s %s] restoring innodb_flush_log_at_trx_commit: %v", p, e.store, err)
+				}
+			})
+		} else {
+			dsn, err := bench.AsyncDSN(e.store, o.dsn(e.store))
+			if err != nil {
+				return nil, err
+			}
+			if db, err = e.open(ctx, dsn); err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, func() { db.Close() })
+		}
+		if err := e.directClients(ctx, db, s.clients); err != nil {
+			return nil, err
+		}
+	default:
+		if err := e.directClients(ctx, e.db, s.clients); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// run warms the cache (every record read once through the clients), runs
+// workload w for a warm-up and duration, then drains the sidecar and
+// verifies the table. The buffer is empty when it starts: the previous
+// run flushed it.
+//
+// A workload after the first of a series finds the cache and the buffer
+// pool still warm (entries live an hour and writes update them), except
+// under write-around, whose writes delete entries: only then is it warmed
+// again.
+func (s *setup) run(ctx context.Context, w workload, duration time.Duration) (*Run, error) {
+	e, o, sc := s.e, s.e.o, s.sc
+	tag := s.tag(w)
+	r := &Run{Store: e.store, Policy: s.policy, Workload: w.name, Workers: s.workers, WarmupS: o.warmup.Seconds(), LoadS: s.loadS, Sidecar: sc != nil}
+	s.loadS = 0 // the next workload of the series reuses the table
+
+	if !s.warmed || s.policy == bench.WriteAround {
+		t := time.Now()
+		if err := ycsb.Warm(ctx, s.clients, e.spec.Records); err != nil {
+			return nil, err
+		}
+		r.WarmS = time.Since(t).Seconds()
+		s.warmed = true
+	}
+
+	prog := &bench.Progress{Label: tag, Out: e.stderr}
+	wl := &ycsb.Workload{
+		Spec: e.spec, Clients: o.threads, ReadRatio: w.read, ScanRatio: w.scan, ScanLength: o.scanLength,
+		UpdateAll: o.updateAll, Chooser: e.chsr, Warmup: o.warmup, Duration: duration, Seed: o.seed + 1,
+		OnOp: func() { prog.Add(1) },
+	}
+	var sampler *bench.Sampler
+	var hits0, misses0, hits1, misses1, applied0 float64
+	var batches0, batches1 uint64
+	var docs0, docs1, secs0, secs1 float64
+	metric := func(name string) float64 { v, _, _ := sc.Metric(name); return v }
+	if sc != nil {
+		applied0 = metric("writeback_applied_changes_total")
+		prog.Extra = func() string {
+			return fmt.Sprintf("pending %.0f  pinned %s", metric("writeback_pending_changes"), kib(metric("writeback_pinned_bytes")))
+		}
+		// The gauge is refreshed every 250 ms from Redis's exact counters.
+		sampler = &bench.Sampler{Every: 250 * time.Millisecond, Read: func() (float64, error) {
+			v, _, err := sc.Metric("writeback_pinned_bytes")
+			return v, err
+		}}
+		wl.OnMeasure = func() {
+			hits0, misses0 = metric("writeback_cache_hits_total"), metric("writeback_cache_misses_total")
+			docs0, batches0, _ = sc.Metric("writeback_apply_batch_size")
+			secs0 = metric("writeback_apply_duration_seconds")
+		}
+		wl.OnMeasureEnd = func() {
+			hits1, misses1 = metric("writeback_cache_hits_total"), metric("writeback_cache_misses_total")
+			docs1, batches1, _ = sc.Metric("writeback_apply_batch_size")
+			secs1 = metric("writeback_apply_duration_seconds")
+		}
+		sampler.Start()
+	}
+	e.logf("[%s] loaded in %.1fs, warmed in %.1fs (0: still warm); running %v warm-up + %v measured", tag, r.LoadS, r.WarmS, o.warmup, duration)
+	prog.Start()
+	res, err := wl.Run(ctx, s.clients)
+	prog.Stop()
+	if sc != nil {
+		// The buffer as the run left it: exact counters, before the flush.
+		st, serr := sc.Client.Status(ctx)
+		applied, _, merr := sc.Metric("writeback_applied_changes_total")
+		r.PinnedOverTime = sampler.Stop()
+		if err == nil {
+			err = errors.Join(serr, merr)
+		}
+		r.PendingChanges, r.PendingDocuments, r.PinnedBytes = st.Pending, st.PendingDocuments, st.PinnedBytes
+		r.AppliedChanges = applied - applied0
+		if total := r.AppliedChanges + float64(st.Pending); total > 0 {
+			r.AppliedPercent = 100 * r.AppliedChanges / total
+		}
+		if n := (hits1 - hits0) + (misses1 - misses0); n > 0 {
+			r.CacheHitPercent = 100 * (hits1 - hits0) / n
+		}
+		if r.ApplierBatches = batches1 - batches0; r.ApplierBatches > 0 {
+			r.ApplierBatchDocs = (docs1 - docs0) / float64(r.ApplierBatches)
+			r.ApplierBatchMeanS = (secs1 - secs0) / float64(r.ApplierBatches)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.fill(res)
+
+	if sc != nil {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		t := time.Now()
+		fr, err := sc.Flush(fctx)
+		cancel()
+		if err != nil {
+			return r, err
+		}
+		r.FlushS, r.FlushApplied = time.Since(t).Seconds(), fr.Applied
+	}
+	if o.beforeVerify != nil {
+		if err := o.beforeVerify(ctx, e.db, e.spec, res.Model.Keys()); err != nil {
+			return r, err
+		}
+	}
+	v, err := res.Model.Verify(ctx, e.db, e.spec, 5)
+	if err != nil {
+		return r, fmt.Errorf("verifying: %w", err)
+	}
+	r.Verified, r.Mismatched = v.Checked, v.Bad
+	for _, m := range v.First {
+		r.Mismatches = append(r.Mismatches, m.String())
+	}
+	if v.Checked != res.Model.Len() {
+		r.Mismatched++
+		r.Mismatches = append(r.Mismatches, fmt.Sprintf("verified %d fields of the %d updated", v.Checked, res.Model.Len()))
+	}
+	line := fmt.Sprintf("[%s] %.0f ops/s; verify: %d updated fields match the database, %d reads of own records fresh", tag, r.Throughput, r.Verified-r.Mismatched, r.ReadChecks-r.StaleReads)
+	if r.Sidecar {
+		line += fmt.Sprintf("; at the end %d pending, %s pinned, %.1f%% applied; flush %.2fs", r.PendingChanges, kib(float64(r.PinnedBytes)), r.AppliedPercent, r.FlushS)
+	}
+	if !r.ok() {
+		line += "; FAILED: " + r.problem()
+	}
+	e.logf("%s", line)
+	return r, nil
+}
+
+// plural is "1 applier", "4 appliers".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// sidecarWorkers is the number of appliers of a sidecar started with
+// workers (0: the configuration's default).
+func sidecarWorkers(workers int) int {
+	if workers > 0 {
+		return workers
+	}
+	return config.Default().Writeback.Workers
+}
+
+func (e *env) directClients(ctx context.Context, db *ycsb.DB, clients []ycsb.Client) error {
+	for i := range clients {
+		c, err := db.NewClient(ctx, e.spec)
+		if err != nil {
+			return err
+		}
+		clients[i] = c
+	}
+	return nil
+}
+
+// fill copies the workload's result into the run.
+func (r *Run) fill(res *ycsb.Result) {
+	r.Throughput, r.Ops, r.WindowS = res.Throughput(), res.Ops, res.Window.Seconds()
+	r.Read, r.Update, r.Scan = latency(res.Reads), latency(res.Updates), latency(res.Scans)
+	r.Errors, r.ErrorSamples = res.Errors, res.ErrorSamples
+	r.ReadChecks, r.StaleReads, r.StaleSamples = res.ReadChecks, res.StaleReads, res.StaleSamples
+}
+
+func latency(l ycsb.Latencies) bench.Latency {
+	return bench.Latency{
+		Count: int64(len(l)), P50: bench.Ms(l.Percentile(50)), P90: bench.Ms(l.Percentile(90)),
+		P95: bench.Ms(l.Percentile(95)), P99: bench.Ms(l.Percentile(99)), Mean: bench.Ms(l.Mean()),
+	}
+}
+
+// kib formats bytes as KiB with one decimal, or MiB above 10 MiB.
+func kib(b float64) string {
+	if b >= 10<<20 {
+		return fmt.Sprintf("%.1fMiB", b/(1<<20))
+	}
+	return fmt.Sprintf("%.1fKiB", b/1024)
+}
