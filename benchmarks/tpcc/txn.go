@@ -164,8 +164,10 @@ func (t *terminal) run(ctx context.Context, tx Tx, in input) (outcome, error) {
 }
 
 // newOrder is clause 2.4.2. Item, warehouse, customer and stock columns it
-// reads never change, so it reads them without leases; the district's
-// d_next_o_id is the contended value.
+// reads never change, so it reads them without leases, and first: the
+// district's d_next_o_id, the contended value, is read (and, in the
+// database, locked) last, so that its lease or row lock is held for one
+// read and the commit rather than for the whole order.
 func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, error) {
 	w, d := t.w, in.d
 	wh, ok, err := tx.Get(ctx, MapWarehouse, Unleased, w)
@@ -176,6 +178,32 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 	if err != nil {
 		return outcome{}, err
 	}
+	cust, ok, err := tx.Get(ctx, MapCustomer, Unleased, w, d, in.c)
+	if err != nil || !ok {
+		return outcome{}, missing(err, "customer", w, d, in.c)
+	}
+	disc, err := cust.Float("c_discount")
+	if err != nil {
+		return outcome{}, err
+	}
+	prices, infos := make([]float64, len(in.items)), make([]string, len(in.items))
+	for i, id := range in.items {
+		item, ok, err := tx.Get(ctx, MapItem, Unleased, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		if !ok {
+			return outcome{rollback: true}, errRollback
+		}
+		if prices[i], err = item.Float("i_price"); err != nil {
+			return outcome{}, err
+		}
+		stock, ok, err := tx.Get(ctx, MapStock, Unleased, in.supply[i], id)
+		if err != nil || !ok {
+			return outcome{}, missing(err, "stock", in.supply[i], id)
+		}
+		infos[i] = stock.Str(fmt.Sprintf("s_dist_%02d", d))
+	}
 	dist, ok, err := tx.Get(ctx, MapDistrict, ForUpdate, w, d)
 	if err != nil || !ok {
 		return outcome{}, missing(err, "district", w, d)
@@ -185,14 +213,6 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 		return outcome{}, err
 	}
 	o, err := dist.Int("d_next_o_id")
-	if err != nil {
-		return outcome{}, err
-	}
-	cust, ok, err := tx.Get(ctx, MapCustomer, Unleased, w, d, in.c)
-	if err != nil || !ok {
-		return outcome{}, missing(err, "customer", w, d, in.c)
-	}
-	disc, err := cust.Float("c_discount")
 	if err != nil {
 		return outcome{}, err
 	}
@@ -215,23 +235,7 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 	}
 	total := 0.0
 	for i, id := range in.items {
-		item, ok, err := tx.Get(ctx, MapItem, Unleased, id)
-		if err != nil {
-			return outcome{}, err
-		}
-		if !ok {
-			return outcome{rollback: true}, errRollback
-		}
-		price, err := item.Float("i_price")
-		if err != nil {
-			return outcome{}, err
-		}
 		sw, q := in.supply[i], in.qty[i]
-		stock, ok, err := tx.Get(ctx, MapStock, Unleased, sw, id)
-		if err != nil || !ok {
-			return outcome{}, missing(err, "stock", sw, id)
-		}
-		distInfo := stock.Str(fmt.Sprintf("s_dist_%02d", d))
 		remote := 0
 		if sw != w {
 			remote = 1
@@ -244,10 +248,10 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 			"s_ytd = s_ytd + $1, s_order_cnt = s_order_cnt + 1, s_remote_cnt = s_remote_cnt + $2 WHERE s_w_id = $3 AND s_i_id = $4", q, remote, sw, id); err != nil {
 			return outcome{}, err
 		}
-		amount := cents(float64(q) * price)
+		amount := cents(float64(q) * prices[i])
 		total += amount
 		if err := tx.Exec(ctx, "INSERT INTO order_line (ol_o_id, ol_d_id, ol_w_id, ol_number, ol_i_id, ol_supply_w_id, ol_delivery_d, ol_quantity, ol_amount, ol_dist_info) "+
-			"VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9)", o, d, w, i+1, id, sw, q, amount, distInfo); err != nil {
+			"VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9)", o, d, w, i+1, id, sw, q, amount, infos[i]); err != nil {
 			return outcome{}, err
 		}
 	}

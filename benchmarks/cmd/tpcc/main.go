@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 type options struct {
 	store, dsn, redis, policies, out string
+	cpuprofile                       string
 	warehouses, terminals            int
 	items, customers                 int
 	duration, warmup                 time.Duration
@@ -54,6 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
 	fs.BoolVar(&o.quick, "quick", false, "a quick run (under 2 minutes): 2 warehouses, 5 terminals each, 10000 items, 300 customers, 2s warm-up, 10s measured, unless set explicitly")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the load and the terminals")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole command (client, sidecar and appliers) to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -78,6 +81,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "tpcc:", err)
 		return 2
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "tpcc: --cpuprofile:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
