@@ -1,0 +1,121 @@
+package bg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// sidecarConn runs the actions through a sidecar's HTTP API: a member is a
+// document (GET), an update a PATCH with $push and $pull on its friends and
+// pending arrays (MongoDB fields, or PostgreSQL jsonb columns).
+type sidecarConn struct {
+	c    *client.Client
+	coll string
+}
+
+// NewSidecarConn returns a Conn of collection coll of the sidecar c serves.
+func NewSidecarConn(c *client.Client, coll string) Conn { return &sidecarConn{c: c, coll: coll} }
+
+func (c *sidecarConn) get(ctx context.Context, m int32) (*memberDoc, error) {
+	id := ID(m)
+	raw, _, err := c.c.Get(ctx, c.coll, id)
+	if err != nil {
+		return nil, fmt.Errorf("bg: reading %s: %w", id, err)
+	}
+	var d memberDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	return &d, d.checkProfile(id)
+}
+
+func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
+	d, err := c.get(ctx, m)
+	if err != nil {
+		return 0, 0, err
+	}
+	return len(d.Friends), len(d.Pending), nil
+}
+
+// List reads the member, then the profiles it shows, concurrently: the
+// sidecar has no request for several documents at once, and ten reads one
+// after the other would cost ten round trips.
+func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []int32, error) {
+	d, err := c.get(ctx, m)
+	if err != nil {
+		return 0, nil, err
+	}
+	list := d.list(l)
+	shown, err := parseIDs(list[:min(n, len(list))])
+	if err != nil {
+		return 0, nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, x := range shown {
+		g.Go(func() error {
+			_, err := c.get(gctx, x)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, err
+	}
+	return len(list), shown, nil
+}
+
+// patchBody is u as update operators:
+// {"$push":{"friends":"m0000012"},"$pull":{"pending":"m0000012"}}.
+func patchBody(u Update) json.RawMessage {
+	var push, pull []string
+	for _, op := range u.Ops {
+		kv := `"` + op.List.String() + `":"` + ID(op.X) + `"`
+		if op.Add {
+			push = append(push, kv)
+		} else {
+			pull = append(pull, kv)
+		}
+	}
+	var parts []string
+	if len(push) > 0 {
+		parts = append(parts, `"$push":{`+strings.Join(push, ",")+`}`)
+	}
+	if len(pull) > 0 {
+		parts = append(parts, `"$pull":{`+strings.Join(pull, ",")+`}`)
+	}
+	return json.RawMessage("{" + strings.Join(parts, ",") + "}")
+}
+
+// Update PATCHes the member; a 409 (the patch lost its cache-fill race 16
+// times) is retried after a short backoff, as an application would.
+func (c *sidecarConn) Update(ctx context.Context, u Update) error {
+	body := patchBody(u)
+	id := ID(u.M)
+	backoff := time.Millisecond
+	for {
+		_, err := c.c.Patch(ctx, c.coll, id, body)
+		if !client.IsAborted(err) {
+			if err != nil {
+				return fmt.Errorf("bg: updating %s: %w", id, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bg: updating %s: %w", id, errors.Join(err, ctx.Err()))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+func (c *sidecarConn) Close() error { return nil }
+
+var _ Conn = (*sidecarConn)(nil)

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+)
+
+func printTable(w io.Writer, o *options, runs []*storeRun) {
+	var t bench.Table
+	t.Header = []string{"store", "mix", "policy", "SoAR/s", "threads", "p95 ms", "≤SLA %", "stale %", "reads", "pending", "pinned"}
+	for _, sr := range runs {
+		for k, m := range o.mixes {
+			for _, p := range o.policies {
+				mix := m.Name + "%"
+				if r := sr.byPolicy[p]; r != nil && k < len(r.Mixes) {
+					mr := r.Mixes[k]
+					within := "-"
+					for _, s := range mr.Steps {
+						if s.Threads == mr.SoARThreads {
+							within = bench.F(s.WithinSLA)
+						}
+					}
+					pending, pinned := "-", "-"
+					if mr.Pending >= 0 {
+						pending, pinned = fmt.Sprint(mr.Pending), bytesString(mr.PinnedBytes)
+					}
+					t.Add(sr.Store, mix, p, mr.SoAR, mr.SoARThreads, mr.P95, within, fmt.Sprintf("%.3f", mr.StalePct()), mr.Validation.Reads, pending, pinned)
+					continue
+				}
+				why := "failed"
+				if e, ok := sr.Errors[p]; ok {
+					why = "failed: " + e
+				}
+				for _, na := range sr.NotApplicable {
+					if na.Policy == p {
+						why = "n/a"
+					}
+				}
+				t.Add(sr.Store, mix, p, why, "", "", "", "", "", "", "")
+			}
+		}
+	}
+	_ = t.Write(w)
+	for _, sr := range runs {
+		for _, na := range sr.NotApplicable {
+			fmt.Fprintf(w, "%s %s: not applicable: %s\n", sr.Store, na.Policy, na.Reason)
+		}
+	}
+}
+
+func printRatios(w io.Writer, o *options, runs []*storeRun) {
+	fmt.Fprintln(w)
+	for _, sr := range runs {
+		for _, m := range o.mixes {
+			r, ok := sr.Ratios[m.Name]
+			if !ok {
+				continue
+			}
+			f := func(x float64) string {
+				if x == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f×", x)
+			}
+			fmt.Fprintf(w, "%-8s %5s%% reads  write-back SoAR / database %6s   / write-through %6s   / database-async %6s\n",
+				sr.Store, m.Name, f(r.Database), f(r.WriteThrough), f(r.DatabaseAsync))
+		}
+	}
+}
+
+func printValidation(w io.Writer, runs []*storeRun) {
+	fmt.Fprintln(w)
+	for _, sr := range runs {
+		for _, r := range sr.Results {
+			fmt.Fprintf(w, "validate: %s %s: %d reads checked against the acknowledged writes, %d stale (%.3f%%); after the run the store holds %d of %d member lists as the acknowledged writes left them\n",
+				sr.Store, r.Policy, r.Validation.Reads, r.Validation.Stale, r.Validation.StalePct(), r.FinalLists-r.FinalBad, r.FinalLists)
+			for _, s := range r.Validation.Samples {
+				fmt.Fprintf(w, "  stale: %s\n", s)
+			}
+			for _, s := range r.FinalDiffs {
+				fmt.Fprintf(w, "  store: %s\n", s)
+			}
+		}
+		for _, f := range sr.failed {
+			fmt.Fprintf(w, "FAILED: %s\n", f)
+		}
+	}
+}
+
+func bytesString(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// writeOutputs writes bg-<store>.json, a throughput-vs-threads plot per
+// mix and a SoAR bar chart.
+func writeOutputs(o *options, sr *storeRun) error {
+	if err := bench.WriteJSON(filepath.Join(o.out, "bg-"+sr.Store+".json"), sr); err != nil {
+		return fmt.Errorf("writing the results of %s: %w", sr.Store, err)
+	}
+	groups := make([]string, len(o.mixes))
+	var bars []bench.Series
+	for k, m := range o.mixes {
+		groups[k] = m.Name + "% reads"
+		var lines []bench.Series
+		for _, r := range sr.Results {
+			if k >= len(r.Mixes) {
+				continue
+			}
+			s := bench.Series{Name: r.Policy}
+			for _, st := range r.Mixes[k].Steps {
+				s.X = append(s.X, float64(st.Threads))
+				s.Y = append(s.Y, st.Throughput)
+			}
+			lines = append(lines, s)
+		}
+		f := bench.Figure{Title: fmt.Sprintf("BG on %s, %s%% reads: throughput while ramping threads", sr.Store, m.Name),
+			XLabel: "threads", YLabel: "throughput (actions/s)", YFromZero: true}
+		if err := bench.Lines(plotPath(o, sr.Store, "throughput-"+m.Name), f, lines); err != nil {
+			return err
+		}
+	}
+	for _, r := range sr.Results {
+		s := bench.Series{Name: r.Policy, Y: make([]float64, len(o.mixes))}
+		for k := range o.mixes {
+			if k < len(r.Mixes) {
+				s.Y[k] = r.Mixes[k].SoAR
+			}
+		}
+		bars = append(bars, s)
+	}
+	f := bench.Figure{Title: fmt.Sprintf("BG on %s: SoAR (%g%% of actions ≤ %gms)", sr.Store, o.slaPct, o.slaMs),
+		XLabel: "mix", YLabel: "SoAR (actions/s)"}
+	return bench.Bars(plotPath(o, sr.Store, "soar"), f, groups, bars)
+}
+
+func plotPath(o *options, store, what string) string {
+	return filepath.Join(o.out, "bg-"+store+"-"+strings.ReplaceAll(what, ".", "_")+".png")
+}
