@@ -8,7 +8,7 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 TESTFLAGS ?=
 # Flags for the demo binary, e.g. DEMOFLAGS='-duration 30s'.
 DEMOFLAGS ?=
-# Extra flags for `make bench`, e.g. BENCHFLAGS='-benchmem -count 5'.
+# Extra flags for the Go micro-benchmarks of `make bench`, e.g. BENCHFLAGS='-benchmem -count 5'.
 BENCHFLAGS ?=
 # Space-separated pkgpath:FuzzName pairs; empty disables the fuzz step.
 FUZZ_TARGETS ?= ./internal/change:FuzzParse ./internal/resp:FuzzProtocol
@@ -41,8 +41,19 @@ test: services
 demo: services
 	$(GO) run ./benchmarks/demo $(DEMOFLAGS)
 
+# make bench: a quick run of every benchmark (about 10 minutes on 2 cores):
+# YCSB A/B/C/S under every policy plus the applier sweep, BG on MongoDB and
+# PostgreSQL, TPC-C as sessions, then the Go micro-benchmarks. Tables go to
+# stdout, JSON and PNG plots to benchmarks/results/. BENCH_SIZE= (empty)
+# runs the full sizes; YCSBFLAGS, BGFLAGS, TPCCFLAGS and BENCHFLAGS add flags
+# to each step (see benchmarks/README.md).
+BENCH_SIZE ?= --quick
+BENCHTIME ?= 1s
 bench: services
-	$(GO) test -run '^$$' -bench . -benchtime 3s $(BENCHFLAGS) ./benchmarks/...
+	$(GO) run ./benchmarks/cmd/ycsb $(BENCH_SIZE) $(YCSBFLAGS)
+	$(GO) run ./benchmarks/cmd/bg $(BENCH_SIZE) $(BGFLAGS)
+	$(GO) run ./benchmarks/cmd/tpcc $(BENCH_SIZE) $(TPCCFLAGS)
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(BENCHFLAGS) ./benchmarks/
 
 fuzz:
 	$(call run_fuzz,$(FUZZTIME_LONG))
