@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -48,6 +49,25 @@ func connectMongo(ctx context.Context, uri string) (*mongo.Client, error) {
 		return nil, fmt.Errorf("cannot connect to MongoDB at %s (%v); start the services with `make services`", uri, err)
 	}
 	return c, nil
+}
+
+// Server names the server: "MongoDB 7.0.5", or "FerretDB v1.24.0 (…)"
+// for FerretDB, whose buildInfo says so.
+func (s *Mongo) Server(ctx context.Context) string {
+	var bi struct {
+		Version  string `bson:"version"`
+		FerretDB string `bson:"ferretdbVersion"`
+		Features struct {
+			Handler string `bson:"handler"`
+		} `bson:"ferretdbFeatures"`
+	}
+	if err := s.client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&bi); err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	if bi.FerretDB != "" {
+		return "FerretDB " + bi.FerretDB + " (MongoDB " + bi.Version + " protocol)"
+	}
+	return "MongoDB " + bi.Version
 }
 
 func (s *Mongo) Name() string       { return "mongodb" }
@@ -156,6 +176,17 @@ func withPath(uri string) string {
 type mongoConn struct {
 	client *mongo.Client
 	coll   *mongo.Collection
+	// docLocks serialize this Conn's updates of one document (striped by
+	// member). MongoDB applies each update of a document atomically, so
+	// concurrent $push and $pull of one array all take effect; FerretDB
+	// v1.24 on SQLite does not: it reads the document, changes it and
+	// writes it back, and of concurrent updates of one document only some
+	// survive (100 acknowledged $push by 4 threads left 28 elements). BG's
+	// threads update one member concurrently whenever two actions involve
+	// it, so without this the database policies lose acknowledged writes,
+	// which the validation reports. The sidecar needs no such lock: it
+	// applies each document's changes in order, one batch at a time.
+	docLocks [256]sync.Mutex
 }
 
 var noLists = options.Find().SetProjection(bson.D{{Key: "friends", Value: 0}, {Key: "pending", Value: 0}})
@@ -221,6 +252,9 @@ func mongoUpdate(u Update) bson.D {
 
 func (c *mongoConn) Update(ctx context.Context, u Update) error {
 	id := ID(u.M)
+	mu := &c.docLocks[uint32(u.M)%uint32(len(c.docLocks))]
+	mu.Lock()
+	defer mu.Unlock()
 	res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, mongoUpdate(u))
 	if err != nil {
 		return fmt.Errorf("bg: updating %s: %w", id, err)

@@ -276,7 +276,18 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 	var err error
 	switch sr.Store {
 	case "mongodb":
-		st, err = bg.OpenMongo(ctx, o.mongoURI)
+		var m *bg.Mongo
+		if m, err = bg.OpenMongo(ctx, o.mongoURI); err == nil {
+			st = m
+			server := m.Server(ctx)
+			sr.Environment.Comments = append(sr.Environment.Comments, "server: "+server)
+			if strings.HasPrefix(server, "FerretDB") {
+				sr.Environment.Comments = append(sr.Environment.Comments,
+					"FerretDB's SQLite backend scans the collection for every lookup by a string _id, so every store operation costs time proportional to the members",
+					"FerretDB loses concurrent updates of one document; the database policies' client serializes its updates per document, as MongoDB would apply them")
+			}
+			logf("bg: mongodb: %s", server)
+		}
 	case "postgres":
 		st, err = bg.OpenPostgres(ctx, o.pgDSN)
 	}

@@ -20,7 +20,11 @@ import (
 func TestSmoke(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"--store", "mongodb,postgres", "--policies", "database,write-back,write-back-resp", "--mixes", "90",
+	mongo := "mongodb://127.0.0.1:27017"
+	if v := os.Getenv("WRITEBACK_TEST_MONGO_URI"); v != "" {
+		mongo = v
+	}
+	code := run([]string{"--store", "mongodb,postgres", "--mongo-uri", mongo, "--policies", "database,write-back,write-back-resp", "--mixes", "90",
 		"--members", "200", "--friends", "4", "--pending", "4", "--threads", "1,4", "--step", "700ms", "--out", dir, "--seed", "3"},
 		&stdout, &stderr)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())

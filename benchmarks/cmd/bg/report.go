@@ -55,19 +55,29 @@ func printTable(w io.Writer, o *options, runs []*storeRun) {
 func printRatios(w io.Writer, o *options, runs []*storeRun) {
 	fmt.Fprintln(w)
 	for _, sr := range runs {
-		for _, m := range o.mixes {
-			r, ok := sr.Ratios[m.Name]
-			if !ok {
+		wb := sr.byPolicy[bench.WriteBack]
+		if wb == nil {
+			continue
+		}
+		for k, m := range o.mixes {
+			if k >= len(wb.Mixes) {
 				continue
 			}
-			f := func(x float64) string {
-				if x == 0 {
+			// cell is write-back's SoAR over policy p's, or why there is none.
+			cell := func(p string) string {
+				r := sr.byPolicy[p]
+				switch {
+				case r == nil || k >= len(r.Mixes):
 					return "-"
+				case wb.Mixes[k].SoAR == 0 && r.Mixes[k].SoAR == 0:
+					return "(neither met the SLA)"
+				case r.Mixes[k].SoAR == 0:
+					return "∞ (" + p + " never met the SLA)"
 				}
-				return fmt.Sprintf("%.2f×", x)
+				return bench.Ratio(wb.Mixes[k].SoAR, r.Mixes[k].SoAR)
 			}
-			fmt.Fprintf(w, "%-8s %5s%% reads  write-back SoAR / database %6s   / write-through %6s   / database-async %6s\n",
-				sr.Store, m.Name, f(r.Database), f(r.WriteThrough), f(r.DatabaseAsync))
+			fmt.Fprintf(w, "%-8s %5s%% reads  write-back SoAR / database %s   / write-through %s   / database-async %s\n",
+				sr.Store, m.Name, cell(bench.Database), cell(bench.WriteThrough), cell(bench.DatabaseAsync))
 		}
 	}
 }
