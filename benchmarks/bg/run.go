@@ -66,6 +66,8 @@ type MixResult struct {
 	// ramp ended (-1 without a sidecar).
 	Pending     int64 `json:"pending"`
 	PinnedBytes int64 `json:"pinned_bytes"`
+	// FlushSeconds is how long draining them took, after the ramp.
+	FlushSeconds float64 `json:"flush_s"`
 }
 
 // StalePct is the mix's percentage of stale reads.
@@ -83,7 +85,6 @@ type Result struct {
 	Mixes       []MixResult `json:"mixes"`
 	Validation  Validation  `json:"validation"`
 	Changes     int         `json:"changes"`     // acknowledged relationship changes
-	FlushedIn   float64     `json:"flush_s"`     // draining the sidecar after the ramps
 	FinalBad    int         `json:"final_bad"`   // member lists the store holds wrongly after the run
 	FinalDiffs  []string    `json:"final_diffs"` // the first of them, explained
 	FinalLists  int         `json:"final_lists"` // member lists checked
@@ -153,10 +154,10 @@ func Run(ctx context.Context, st Store, cfg Config) (res *Result, err error) {
 	for k, mix := range cfg.Mixes {
 		t := time.Now()
 		mr, err := r.ramp(ctx, k, mix)
-		logf("bg: %s %s: %s%% reads ramp took %.1fs", st.Name(), cfg.Policy, mix.Name, time.Since(t).Seconds())
 		if err != nil {
 			return nil, err
 		}
+		logf("bg: %s %s: %s%% reads ramp took %.1fs", st.Name(), cfg.Policy, mix.Name, time.Since(t).Seconds())
 		mr.Pending, mr.PinnedBytes = -1, -1
 		if sc != nil {
 			s, err := sc.Client.Status(ctx)
@@ -164,19 +165,14 @@ func Run(ctx context.Context, st Store, cfg Config) (res *Result, err error) {
 				return nil, fmt.Errorf("bg: reading the sidecar's status: %w", err)
 			}
 			mr.Pending, mr.PinnedBytes = s.Pending, s.PinnedBytes
+			// Drain before the next mix, so that its ramp does not share
+			// the machine with the appliers working off this one's backlog.
+			if mr.FlushSeconds, err = flush(ctx, sc); err != nil {
+				return nil, err
+			}
+			logf("bg: %s %s: %d pending changes (%d bytes pinned) drained in %.1fs", st.Name(), cfg.Policy, mr.Pending, mr.PinnedBytes, mr.FlushSeconds)
 		}
 		res.Mixes = append(res.Mixes, mr)
-	}
-	if sc != nil {
-		t := time.Now()
-		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		fr, err := sc.Flush(fctx)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		res.FlushedIn = time.Since(t).Seconds()
-		logf("bg: %s %s: the flush applied %d changes in %.1fs", st.Name(), cfg.Policy, fr.Applied, res.FlushedIn)
 	}
 	stored, err := st.Snapshot(ctx)
 	if err != nil {
@@ -192,6 +188,17 @@ func Run(ctx context.Context, st Store, cfg Config) (res *Result, err error) {
 		}
 	}
 	return res, nil
+}
+
+// flush drains the sidecar and returns how long it took.
+func flush(ctx context.Context, sc *sidecar.Sidecar) (float64, error) {
+	t := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := sc.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(t).Seconds(), nil
 }
 
 // NotApplicableRESP says why write-back-resp does not run BG.

@@ -11,7 +11,7 @@ import (
 
 func printTable(w io.Writer, o *options, runs []*storeRun) {
 	var t bench.Table
-	t.Header = []string{"store", "mix", "policy", "SoAR/s", "threads", "p95 ms", "≤SLA %", "stale %", "reads", "pending", "pinned"}
+	t.Header = []string{"store", "mix", "policy", "SoAR/s", "threads", "p95 ms", "≤SLA %", "stale %", "reads", "pending", "pinned", "drained in"}
 	for _, sr := range runs {
 		for k, m := range o.mixes {
 			for _, p := range o.policies {
@@ -24,11 +24,11 @@ func printTable(w io.Writer, o *options, runs []*storeRun) {
 							within = bench.F(s.WithinSLA)
 						}
 					}
-					pending, pinned := "-", "-"
+					pending, pinned, drained := "-", "-", "-"
 					if mr.Pending >= 0 {
-						pending, pinned = fmt.Sprint(mr.Pending), bytesString(mr.PinnedBytes)
+						pending, pinned, drained = fmt.Sprint(mr.Pending), bytesString(mr.PinnedBytes), fmt.Sprintf("%.1fs", mr.FlushSeconds)
 					}
-					t.Add(sr.Store, mix, p, mr.SoAR, mr.SoARThreads, mr.P95, within, fmt.Sprintf("%.3f", mr.StalePct()), mr.Validation.Reads, pending, pinned)
+					t.Add(sr.Store, mix, p, mr.SoAR, mr.SoARThreads, mr.P95, within, fmt.Sprintf("%.3f", mr.StalePct()), mr.Validation.Reads, pending, pinned, drained)
 					continue
 				}
 				why := "failed"
@@ -40,7 +40,7 @@ func printTable(w io.Writer, o *options, runs []*storeRun) {
 						why = "n/a"
 					}
 				}
-				t.Add(sr.Store, mix, p, why, "", "", "", "", "", "", "")
+				t.Add(sr.Store, mix, p, why, "", "", "", "", "", "", "", "")
 			}
 		}
 	}
