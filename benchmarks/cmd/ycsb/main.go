@@ -70,6 +70,7 @@ type options struct {
 	sweepWorkers   []int
 	sweepWorkloads []string
 	sweepDuration  time.Duration
+	batchSize      int // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
 	table          string
 	redis          string
 	pgDSN          string
@@ -100,12 +101,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.updateAll, "update-all", false, "an update sets every field of the record, as in the paper (default: one random field, as YCSB's core workload)")
 	fs.IntVar(&o.scanLength, "scan-length", 5, "records per scan of workload S")
 	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
-	fs.BoolVar(&o.quick, "quick", false, "small and short: 10000 records, 1s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
+	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 1s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loaded values and of the workloads")
 	fs.BoolVar(&o.compare, "compare", true, "run the policy comparison (false: only the sweep)")
 	sweep := fs.String("sweep-workers", "", "applier sweep (paper's Figure 5): write-back runs with each of these writeback.workers values, e.g. 1,2,4,8,16 (empty: no sweep)")
 	sweepWorkloads := fs.String("sweep-workloads", "A,B,S", "workloads of the applier sweep")
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
+	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
 	fs.StringVar(&o.table, "table", "ycsb_usertable", "table (MongoDB: collection) the runs load; also the sidecar's collection")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
 	fs.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable", "PostgreSQL DSN")
@@ -122,7 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.quick {
 		if !set["records"] {
-			o.records = 10_000
+			o.records = 5_000
 		}
 		if !set["duration"] {
 			o.duration = 2 * time.Second
@@ -166,6 +168,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--records %d: need at least one per thread (%d)", o.records, o.threads)
 	case o.duration <= 0 || o.warmup < 0:
 		return nil, errors.New("--duration must be positive and --warmup not negative")
+	case o.batchSize < 0:
+		return nil, fmt.Errorf("--batch-size %d: use 0 (the default) or more", o.batchSize)
 	case o.scanLength < 1 || o.scanLength > 1000:
 		return nil, fmt.Errorf("--scan-length %d: use 1 to 1000", o.scanLength)
 	case !o.compare && len(o.sweepWorkers) == 0:
@@ -221,6 +225,15 @@ func parseInts(flagName, s string) ([]int, error) {
 
 func (o *options) spec() ycsb.Spec {
 	return ycsb.Spec{Table: o.table, Records: o.records, Fields: o.fields, FieldSize: o.fieldSize}
+}
+
+// batch is the sidecar's writeback.batchSize on a store; 0 leaves the
+// sidecar's default.
+func (o *options) batch(store string) int {
+	if o.batchSize == 0 && store == ycsb.MongoDB {
+		return 16
+	}
+	return o.batchSize
 }
 
 // dsn is the DSN (MongoDB: URI) of a store.

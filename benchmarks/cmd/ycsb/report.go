@@ -43,6 +43,7 @@ type settings struct {
 	Policies       []string `json:"policies"`
 	SweepWorkers   []int    `json:"sweep_workers,omitempty"`
 	SweepWorkloads []string `json:"sweep_workloads,omitempty"`
+	BatchSize      int      `json:"batch_size"` // the sidecar's writeback.batchSize
 	Seed           uint64   `json:"seed"`
 }
 
@@ -66,6 +67,7 @@ func newReport(o *options, store string) *report {
 			DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), SweepDurationS: o.sweepDuration.Seconds(),
 			Distribution: o.distribution, UpdateAll: o.updateAll, ScanLength: o.scanLength,
 			Workloads: o.workloads, Policies: o.policies, SweepWorkers: o.sweepWorkers, SweepWorkloads: o.sweepWorkloads, Seed: o.seed,
+			BatchSize: sidecarBatch(o.batch(store)),
 		},
 		Notes: []string{
 			"Every run loads a fresh table, starts a fresh sidecar and reads every record once before its warm-up (a warm cache and buffer pool).",
@@ -251,7 +253,8 @@ func (rep *report) write(dir string) error {
 
 		var lines []bench.Series
 		for _, r := range rep.Runs {
-			if r.Skipped != "" || len(r.PinnedOverTime) == 0 || (r.Policy != bench.WriteBack && r.Policy != bench.WriteBackRESP) {
+			// Workload C never writes: nothing is pinned.
+			if r.Skipped != "" || r.Update.Count == 0 || len(r.PinnedOverTime) == 0 || (r.Policy != bench.WriteBack && r.Policy != bench.WriteBackRESP) {
 				continue
 			}
 			name := r.Workload
@@ -264,7 +267,8 @@ func (rep *report) write(dir string) error {
 		if len(lines) > 0 {
 			f := bench.Figure{Title: fmt.Sprintf("Pinned buffered writes during the write-back runs on %s (warm-up of %gs included)", store, rep.Settings.WarmupS),
 				XLabel: "time since the run started (s)", YLabel: "pinned memory (KiB)", YFromZero: true}
-			if err := bench.Lines(path("-pinned.png"), f, lines); err != nil {
+			o := bench.LineOptions{YMax: headroom(lines), LegendRight: true}
+			if err := bench.LinesWith(path("-pinned.png"), f, o, lines); err != nil {
 				return err
 			}
 			files = append(files, path("-pinned.png"))
@@ -296,21 +300,28 @@ func (rep *report) write(dir string) error {
 			applied = append(applied, bench.Series{Name: name, X: x, Y: ya})
 			pinned = append(pinned, bench.Series{Name: name, X: x, Y: yp})
 		}
-		xl := "appliers (writeback.workers)"
+		xl := "appliers (writeback.workers, log scale)"
+		var ticks []float64
+		for _, n := range rep.Settings.SweepWorkers {
+			ticks = append(ticks, float64(n))
+		}
+		top := bench.LineOptions{XLog: true, XTicks: ticks, LegendRight: true}
 		plots := []struct {
 			suffix string
 			f      bench.Figure
+			o      bench.LineOptions
 			s      []bench.Series
 		}{
 			{"-sweep-throughput.png", bench.Figure{Title: fmt.Sprintf("Throughput vs appliers, write-back on %s (Figure 5a)", store), XLabel: xl,
-				YLabel: fmt.Sprintf("throughput relative to %s (×)", plural(rep.Sweep[0].Workers, "applier")), YFromZero: true}, thr},
+				YLabel: fmt.Sprintf("throughput relative to %s (×)", plural(rep.Sweep[0].Workers, "applier")), YFromZero: true}, withYMax(top, headroom(thr)), thr},
 			{"-sweep-applied.png", bench.Figure{Title: fmt.Sprintf("Changes applied by the end of the run, write-back on %s (Figure 5b)", store), XLabel: xl,
-				YLabel: "changes applied by the end of the run (%)", YFromZero: true}, applied},
+				YLabel: "changes applied by the end of the run (%)", YFromZero: true},
+				bench.LineOptions{XLog: true, XTicks: ticks, YMax: 100, LegendBottom: true, LegendRight: true}, applied},
 			{"-sweep-pinned.png", bench.Figure{Title: fmt.Sprintf("Pinned memory at the end of the run, write-back on %s (Figure 5c)", store), XLabel: xl,
-				YLabel: "pinned memory at the end of the run (KiB)", YFromZero: true}, pinned},
+				YLabel: "pinned memory at the end of the run (KiB)", YFromZero: true}, withYMax(top, headroom(pinned)), pinned},
 		}
 		for _, p := range plots {
-			if err := bench.Lines(path(p.suffix), p.f, p.s); err != nil {
+			if err := bench.LinesWith(path(p.suffix), p.f, p.o, p.s); err != nil {
 				return err
 			}
 			files = append(files, path(p.suffix))
@@ -319,6 +330,26 @@ func (rep *report) write(dir string) error {
 	files = append(files, path(".json"))
 	rep.Files = files
 	return bench.WriteJSON(path(".json"), rep)
+}
+
+// headroom is a top for the y axis that leaves the legend room above the
+// series' highest point.
+func headroom(series []bench.Series) float64 {
+	top := 0.0
+	for _, s := range series {
+		for _, y := range s.Y {
+			top = max(top, y)
+		}
+	}
+	if top == 0 {
+		return 1
+	}
+	return top * (1.15 + 0.08*float64(len(series)))
+}
+
+func withYMax(o bench.LineOptions, y float64) bench.LineOptions {
+	o.YMax = y
+	return o
 }
 
 func pingRedis(ctx context.Context, addr string) error {

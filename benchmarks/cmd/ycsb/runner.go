@@ -304,8 +304,14 @@ func (e *env) setup(ctx context.Context, p string, workers int) (_ *setup, err e
 		if p == bench.WriteBackRESP {
 			so.ListenResp = "127.0.0.1:0"
 		}
-		if workers > 0 {
-			so.Configure = func(c *config.Config) { c.Writeback.Workers = workers }
+		batch := o.batch(e.store)
+		so.Configure = func(c *config.Config) {
+			if workers > 0 {
+				c.Writeback.Workers = workers
+			}
+			if batch > 0 {
+				c.Writeback.BatchSize = batch
+			}
 		}
 		s.workers = sidecarWorkers(workers)
 		sc, err := sidecar.Start(ctx, so)
@@ -450,7 +456,7 @@ func (s *setup) run(ctx context.Context, w workload, duration time.Duration) (*R
 	r.fill(res)
 
 	if sc != nil {
-		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		t := time.Now()
 		fr, err := sc.Flush(fctx)
 		cancel()
@@ -502,6 +508,15 @@ func sidecarWorkers(workers int) int {
 		return workers
 	}
 	return config.Default().Writeback.Workers
+}
+
+// sidecarBatch is the writeback.batchSize of a sidecar started with batch
+// (0: the configuration's default).
+func sidecarBatch(batch int) int {
+	if batch > 0 {
+		return batch
+	}
+	return config.Default().Writeback.BatchSize
 }
 
 func (e *env) directClients(ctx context.Context, db *ycsb.DB, clients []ycsb.Client) error {
