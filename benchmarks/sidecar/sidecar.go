@@ -1,9 +1,10 @@
 // Package sidecar runs a writeback sidecar inside a benchmark's process: one
 // collection over one table with a chosen write policy, a fresh Redis key
 // prefix of its own, listening on a free loopback port. It gives the
-// benchmark a ycsb.Client speaking the HTTP API through pkg/client, drains
-// the buffer on request, and deletes its Redis keys when done. It never
-// touches keys outside its prefix.
+// benchmark a ycsb.Client speaking the HTTP API through pkg/client, or the
+// Redis protocol through go-redis (NewRespClient), drains the buffer on
+// request, and deletes its Redis keys when done. It never touches keys
+// outside its prefix.
 package sidecar
 
 import (
