@@ -34,7 +34,7 @@ func TestAsyncDSN(t *testing.T) {
 	require.Equal(t, "postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable&synchronous_commit=off", d)
 	d, err = AsyncDSN("mongodb", "mongodb://127.0.0.1:27017")
 	require.NoError(t, err)
-	require.Equal(t, "mongodb://127.0.0.1:27017?journal=false&w=1", d)
+	require.Equal(t, "mongodb://127.0.0.1:27017/?journal=false&w=1", d)
 	d, err = AsyncDSN("mysql", "root@tcp(127.0.0.1:3306)/writeback")
 	require.NoError(t, err)
 	require.Equal(t, "root@tcp(127.0.0.1:3306)/writeback", d)

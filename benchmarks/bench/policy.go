@@ -103,6 +103,9 @@ func withQuery(dsn, k, v string) (string, error) {
 	q := u.Query()
 	q.Set(k, v)
 	u.RawQuery = q.Encode()
+	if u.Path == "" {
+		u.Path = "/" // mongodb://host:port?… is refused: options follow a "/"
+	}
 	return u.String(), nil
 }
 
