@@ -28,13 +28,15 @@ type Mongo struct {
 	coll   *mongo.Collection
 }
 
-// OpenMongo connects to the MongoDB server at uri.
-func OpenMongo(ctx context.Context, uri string) (*Mongo, error) {
+// OpenMongo connects to the MongoDB server at uri, the graph in collection
+// coll of database bg (MongoCollection unless tests want one of their
+// own).
+func OpenMongo(ctx context.Context, uri, coll string) (*Mongo, error) {
 	c, err := connectMongo(ctx, uri)
 	if err != nil {
 		return nil, err
 	}
-	return &Mongo{uri: uri, client: c, coll: c.Database(MongoDatabase).Collection(MongoCollection)}, nil
+	return &Mongo{uri: uri, client: c, coll: c.Database(MongoDatabase).Collection(coll)}, nil
 }
 
 func connectMongo(ctx context.Context, uri string) (*mongo.Client, error) {
@@ -71,7 +73,7 @@ func (s *Mongo) Server(ctx context.Context) string {
 }
 
 func (s *Mongo) Name() string       { return "mongodb" }
-func (s *Mongo) Collection() string { return MongoCollection }
+func (s *Mongo) Collection() string { return s.coll.Name() }
 func (s *Mongo) Key() string        { return "_id" }
 func (s *Mongo) DSN() string        { return s.uri }
 func (s *Mongo) Database() string   { return MongoDatabase }
@@ -80,7 +82,7 @@ func (s *Mongo) Close() error       { return s.client.Disconnect(context.Backgro
 // Load drops bg.members and inserts the graph, 500 documents per insert.
 func (s *Mongo) Load(ctx context.Context, g Graph, seed uint64) error {
 	if err := s.coll.Drop(ctx); err != nil {
-		return fmt.Errorf("bg: dropping %s.%s: %w", MongoDatabase, MongoCollection, err)
+		return fmt.Errorf("bg: dropping %s.%s: %w", MongoDatabase, s.coll.Name(), err)
 	}
 	batch := make([]any, 0, 500)
 	flush := func() error {
@@ -90,7 +92,7 @@ func (s *Mongo) Load(ctx context.Context, g Graph, seed uint64) error {
 		_, err := s.coll.InsertMany(ctx, batch)
 		batch = batch[:0]
 		if err != nil {
-			return fmt.Errorf("bg: loading %s.%s: %w", MongoDatabase, MongoCollection, err)
+			return fmt.Errorf("bg: loading %s.%s: %w", MongoDatabase, s.coll.Name(), err)
 		}
 		return nil
 	}
@@ -115,7 +117,7 @@ func (s *Mongo) Load(ctx context.Context, g Graph, seed uint64) error {
 func (s *Mongo) Snapshot(ctx context.Context) (map[int32]Stored, error) {
 	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "friends", Value: 1}, {Key: "pending", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("bg: reading %s.%s: %w", MongoDatabase, MongoCollection, err)
+		return nil, fmt.Errorf("bg: reading %s.%s: %w", MongoDatabase, s.coll.Name(), err)
 	}
 	defer cur.Close(ctx)
 	out := map[int32]Stored{}
@@ -158,7 +160,7 @@ func (s *Mongo) Open(ctx context.Context, async bool) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mongoConn{client: c, coll: c.Database(MongoDatabase).Collection(MongoCollection)}, nil
+	return &mongoConn{client: c, coll: c.Database(MongoDatabase).Collection(s.coll.Name())}, nil
 }
 
 // withPath adds the "/" the MongoDB driver needs before a query string

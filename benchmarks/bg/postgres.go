@@ -25,8 +25,9 @@ const appliedTable = "writeback_applied_docs"
 // text key id, a text column per profile field, and jsonb arrays friends
 // and pending of member ids.
 type Postgres struct {
-	dsn  string
-	pool *pgxpool.Pool
+	dsn   string
+	table string
+	pool  *pgxpool.Pool
 }
 
 // poolSize bounds each pool's connections: PostgreSQL's max_connections
@@ -52,17 +53,18 @@ func connectPostgres(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// OpenPostgres connects to the database of dsn.
-func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
+// OpenPostgres connects to the database of dsn, the graph in table
+// (PostgresTable unless tests want one of their own).
+func OpenPostgres(ctx context.Context, dsn, table string) (*Postgres, error) {
 	pool, err := connectPostgres(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{dsn: dsn, pool: pool}, nil
+	return &Postgres{dsn: dsn, table: table, pool: pool}, nil
 }
 
 func (s *Postgres) Name() string       { return "postgres" }
-func (s *Postgres) Collection() string { return PostgresTable }
+func (s *Postgres) Collection() string { return s.table }
 func (s *Postgres) Key() string        { return "id" }
 func (s *Postgres) DSN() string        { return s.dsn }
 func (s *Postgres) Database() string   { return "" }
@@ -81,8 +83,8 @@ func (s *Postgres) Load(ctx context.Context, g Graph, seed uint64) error {
 	cols = append(cols, "friends", "pending")
 	ddl = append(ddl, "friends jsonb NOT NULL", "pending jsonb NOT NULL")
 	stmts := []string{
-		"DROP TABLE IF EXISTS " + PostgresTable,
-		"CREATE TABLE " + PostgresTable + " (" + strings.Join(ddl, ", ") + ")",
+		"DROP TABLE IF EXISTS " + s.table,
+		"CREATE TABLE " + s.table + " (" + strings.Join(ddl, ", ") + ")",
 	}
 	for _, q := range stmts {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
@@ -94,8 +96,8 @@ func (s *Postgres) Load(ctx context.Context, g Graph, seed uint64) error {
 		return err
 	}
 	if exists {
-		if _, err := s.pool.Exec(ctx, "DELETE FROM "+appliedTable+" WHERE collection = $1", PostgresTable); err != nil {
-			return fmt.Errorf("bg: forgetting the applied records of %s: %w", PostgresTable, err)
+		if _, err := s.pool.Exec(ctx, "DELETE FROM "+appliedTable+" WHERE collection = $1", s.table); err != nil {
+			return fmt.Errorf("bg: forgetting the applied records of %s: %w", s.table, err)
 		}
 	}
 	m := int32(0)
@@ -114,18 +116,18 @@ func (s *Postgres) Load(ctx context.Context, g Graph, seed uint64) error {
 		m++
 		return row, nil
 	})
-	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{PostgresTable}, cols, src); err != nil {
-		return fmt.Errorf("bg: loading %s: %w", PostgresTable, err)
+	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{s.table}, cols, src); err != nil {
+		return fmt.Errorf("bg: loading %s: %w", s.table, err)
 	}
-	_, err := s.pool.Exec(ctx, "ANALYZE "+PostgresTable)
+	_, err := s.pool.Exec(ctx, "ANALYZE "+s.table)
 	return err
 }
 
 // Snapshot reads every member's lists.
 func (s *Postgres) Snapshot(ctx context.Context) (map[int32]Stored, error) {
-	rows, err := s.pool.Query(ctx, "SELECT id, friends, pending FROM "+PostgresTable)
+	rows, err := s.pool.Query(ctx, "SELECT id, friends, pending FROM "+s.table)
 	if err != nil {
-		return nil, fmt.Errorf("bg: reading %s: %w", PostgresTable, err)
+		return nil, fmt.Errorf("bg: reading %s: %w", s.table, err)
 	}
 	defer rows.Close()
 	out := map[int32]Stored{}
@@ -165,18 +167,18 @@ func (s *Postgres) Open(ctx context.Context, async bool) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgConn{pool: pool}, nil
+	cols := strings.Join(ProfileFields, ", ")
+	return &pgConn{pool: pool, table: s.table,
+		profile:  "SELECT " + cols + ", jsonb_array_length(friends), jsonb_array_length(pending) FROM " + s.table + " WHERE id = $1",
+		profiles: "SELECT id, " + cols + " FROM " + s.table + " WHERE id = ANY($1)",
+	}, nil
 }
 
 type pgConn struct {
-	pool *pgxpool.Pool
+	pool              *pgxpool.Pool
+	table             string
+	profile, profiles string // the queries of Profile and of List's profiles
 }
-
-var (
-	pgProfileCols = strings.Join(ProfileFields, ", ")
-	pgProfile     = "SELECT " + pgProfileCols + ", jsonb_array_length(friends), jsonb_array_length(pending) FROM " + PostgresTable + " WHERE id = $1"
-	pgProfiles    = "SELECT id, " + pgProfileCols + " FROM " + PostgresTable + " WHERE id = ANY($1)"
-)
 
 func (c *pgConn) Profile(ctx context.Context, m int32) (int, int, error) {
 	p := make([]string, len(ProfileFields))
@@ -186,7 +188,7 @@ func (c *pgConn) Profile(ctx context.Context, m int32) (int, int, error) {
 	}
 	var f, pe int
 	dest = append(dest, &f, &pe)
-	if err := c.pool.QueryRow(ctx, pgProfile, ID(m)).Scan(dest...); err != nil {
+	if err := c.pool.QueryRow(ctx, c.profile, ID(m)).Scan(dest...); err != nil {
 		return 0, 0, fmt.Errorf("bg: reading %s: %w", ID(m), err)
 	}
 	return f, pe, nil
@@ -195,14 +197,14 @@ func (c *pgConn) Profile(ctx context.Context, m int32) (int, int, error) {
 func (c *pgConn) List(ctx context.Context, m int32, l List, n int) (int, []int32, error) {
 	var list []string
 	id := ID(m)
-	if err := c.pool.QueryRow(ctx, "SELECT "+l.String()+" FROM "+PostgresTable+" WHERE id = $1", id).Scan(&list); err != nil {
+	if err := c.pool.QueryRow(ctx, "SELECT "+l.String()+" FROM "+c.table+" WHERE id = $1", id).Scan(&list); err != nil {
 		return 0, nil, fmt.Errorf("bg: reading %s: %w", id, err)
 	}
 	shown, err := parseIDs(list[:min(n, len(list))])
 	if err != nil || len(shown) == 0 {
 		return len(list), shown, err
 	}
-	rows, err := c.pool.Query(ctx, pgProfiles, list[:len(shown)])
+	rows, err := c.pool.Query(ctx, c.profiles, list[:len(shown)])
 	if err != nil {
 		return 0, nil, fmt.Errorf("bg: reading the profiles of %s's %s: %w", id, l, err)
 	}
@@ -224,7 +226,7 @@ func (c *pgConn) List(ctx context.Context, m int32, l List, n int) (int, []int32
 
 // pgUpdate is the UPDATE of u: || appends an id to a jsonb array, - removes
 // it (the benchmark only adds members that are absent).
-func pgUpdate(u Update) (string, []any) {
+func pgUpdate(table string, u Update) (string, []any) {
 	args := []any{ID(u.M)}
 	sets := make([]string, 0, len(u.Ops))
 	for _, op := range u.Ops {
@@ -236,15 +238,15 @@ func pgUpdate(u Update) (string, []any) {
 			sets = append(sets, fmt.Sprintf("%s = %s - $%d::text", l, l, len(args)))
 		}
 	}
-	return "UPDATE " + PostgresTable + " SET " + strings.Join(sets, ", ") + " WHERE id = $1", args
+	return "UPDATE " + table + " SET " + strings.Join(sets, ", ") + " WHERE id = $1", args
 }
 
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func pgExec(ctx context.Context, db execer, u Update) error {
-	q, args := pgUpdate(u)
+func pgExec(ctx context.Context, db execer, table string, u Update) error {
+	q, args := pgUpdate(table, u)
 	tag, err := db.Exec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("bg: updating %s: %w", ID(u.M), err)
@@ -255,7 +257,7 @@ func pgExec(ctx context.Context, db execer, u Update) error {
 	return nil
 }
 
-func (c *pgConn) Update(ctx context.Context, u Update) error { return pgExec(ctx, c.pool, u) }
+func (c *pgConn) Update(ctx context.Context, u Update) error { return pgExec(ctx, c.pool, c.table, u) }
 
 // UpdateAll makes an action's updates one transaction, as an application
 // of the database alone would; in member order, so that two actions never
@@ -268,7 +270,7 @@ func (c *pgConn) UpdateAll(ctx context.Context, us []Update) error {
 	slices.SortFunc(us, func(a, b Update) int { return int(a.M) - int(b.M) })
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		for _, u := range us {
-			if err := pgExec(ctx, tx, u); err != nil {
+			if err := pgExec(ctx, tx, c.table, u); err != nil {
 				return err
 			}
 		}

@@ -81,9 +81,12 @@ func (c *lossyConn) Update(ctx context.Context, u Update) error {
 // honest Conn passes both. It needs `make services`.
 func TestRunCatchesAnomalies(t *testing.T) {
 	ctx := context.Background()
-	st, err := OpenPostgres(ctx, pgDSN)
+	// A table of its own: go test runs the command's smoke test, which
+	// uses bg_members, at the same time.
+	st, err := OpenPostgres(ctx, pgDSN, "bg_members_mutation")
 	require.NoError(t, err)
 	defer st.Close()
+	defer func() { _, _ = st.pool.Exec(context.Background(), "DROP TABLE IF EXISTS bg_members_mutation") }()
 	mix, err := ParseMixes("90")
 	require.NoError(t, err)
 	cfg := Config{

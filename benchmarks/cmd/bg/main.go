@@ -55,6 +55,7 @@ type options struct {
 	samples      int
 	cpuprof      string
 	workers      int
+	batchSize    int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -80,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mongoURI, "mongo-uri", "mongodb://127.0.0.1:27017", "MongoDB URI")
 	fs.IntVar(&o.samples, "samples", 10, "stale reads and final differences to print")
 	fs.IntVar(&o.workers, "workers", 0, "applier goroutines of the sidecar (default: the sidecar's)")
+	fs.IntVar(&o.batchSize, "batch-size", 0, "documents per applied batch (default: the sidecar's 128; on MongoDB 16, since FerretDB outlives the appliers' 30 s batch timeout with 128)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, sidecar and clients: one process) to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -160,6 +162,14 @@ func (o *options) graphOf(store string) bg.Graph {
 	return g
 }
 
+// batchSizeOf is the sidecar's batch size on a store; 0: its default.
+func (o *options) batchSizeOf(store string) int {
+	if o.batchSize == 0 && store == "mongodb" {
+		return 16
+	}
+	return o.batchSize
+}
+
 // storeRun is one store's results.
 type storeRun struct {
 	Store         string            `json:"store"`
@@ -184,6 +194,9 @@ type settings struct {
 	SLAPct   float64  `json:"sla_pct"`
 	Seed     uint64   `json:"seed"`
 	Policies []string `json:"policies"`
+	// The sidecar's appliers, where not its defaults (0).
+	Workers   int `json:"sidecar_workers,omitempty"`
+	BatchSize int `json:"sidecar_batch_size,omitempty"`
 }
 
 type notApplicable struct {
@@ -240,7 +253,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			Environment: bench.Environment{Started: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
 				Command: "go run ./benchmarks/cmd/bg " + strings.Join(args, " "), Quick: o.quick},
 			Settings: settings{Members: o.graphOf(name).Members, Friends: o.graph.Friends, Pending: o.graph.Pending, Mixes: mixNames,
-				Threads: o.threads, StepS: o.step.Seconds(), SLAMs: o.slaMs, SLAPct: o.slaPct, Seed: o.seed, Policies: o.policies},
+				Threads: o.threads, StepS: o.step.Seconds(), SLAMs: o.slaMs, SLAPct: o.slaPct, Seed: o.seed, Policies: o.policies,
+				Workers: o.workers, BatchSize: o.batchSizeOf(name)},
 			Errors: map[string]string{}, byPolicy: map[string]*bg.Result{},
 		}
 		runs = append(runs, sr)
@@ -277,7 +291,7 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 	switch sr.Store {
 	case "mongodb":
 		var m *bg.Mongo
-		if m, err = bg.OpenMongo(ctx, o.mongoURI); err == nil {
+		if m, err = bg.OpenMongo(ctx, o.mongoURI, bg.MongoCollection); err == nil {
 			st = m
 			server := m.Server(ctx)
 			sr.Environment.Comments = append(sr.Environment.Comments, "server: "+server)
@@ -289,7 +303,7 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 			logf("bg: mongodb: %s", server)
 		}
 	case "postgres":
-		st, err = bg.OpenPostgres(ctx, o.pgDSN)
+		st, err = bg.OpenPostgres(ctx, o.pgDSN, bg.PostgresTable)
 	}
 	if err != nil {
 		return err
@@ -306,8 +320,14 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 			SLALatency: time.Duration(o.slaMs * float64(time.Millisecond)), SLAPct: o.slaPct,
 			Seed: o.seed, RedisAddr: o.redis, Progress: stderr, Log: logf, Samples: o.samples,
 		}
-		if o.workers > 0 {
-			cfg.Configure = func(c *config.Config) { c.Writeback.Workers = o.workers }
+		batch := o.batchSizeOf(sr.Store)
+		cfg.Configure = func(c *config.Config) {
+			if o.workers > 0 {
+				c.Writeback.Workers = o.workers
+			}
+			if batch > 0 {
+				c.Writeback.BatchSize = batch
+			}
 		}
 		t := time.Now()
 		res, err := bg.Run(ctx, st, cfg)
