@@ -135,7 +135,12 @@ func writeOutputs(o *options, sr *storeRun) error {
 		}
 		f := bench.Figure{Title: fmt.Sprintf("BG on %s, %s%% reads: throughput while ramping threads", sr.Store, m.Name),
 			XLabel: "threads", YLabel: "throughput (actions/s)", YFromZero: true}
-		if err := bench.Lines(plotPath(o, sr.Store, "throughput-"+m.Name), f, lines); err != nil {
+		ticks := make([]float64, len(o.threads))
+		for i, n := range o.threads {
+			ticks[i] = float64(n)
+		}
+		f.XLabel = "threads (log scale)"
+		if err := bench.LinesWith(plotPath(o, sr.Store, "throughput-"+m.Name), f, bench.LineOptions{XLog: true, XTicks: ticks}, lines); err != nil {
 			return err
 		}
 	}
