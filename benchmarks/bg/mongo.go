@@ -3,7 +3,6 @@ package bg
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
@@ -152,7 +151,7 @@ func (s *Mongo) Open(ctx context.Context, async bool) (Conn, error) {
 	uri := s.uri
 	if async {
 		var err error
-		if uri, err = bench.AsyncDSN("mongodb", withPath(uri)); err != nil {
+		if uri, err = bench.AsyncDSN("mongodb", uri); err != nil {
 			return nil, err
 		}
 	}
@@ -161,18 +160,6 @@ func (s *Mongo) Open(ctx context.Context, async bool) (Conn, error) {
 		return nil, err
 	}
 	return &mongoConn{client: c, coll: c.Database(MongoDatabase).Collection(s.coll.Name())}, nil
-}
-
-// withPath adds the "/" the MongoDB driver needs before a query string
-// ("mongodb://host:port/?w=1"): bench.AsyncDSN appends one to a URI
-// without a path, which the driver refuses.
-func withPath(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil || u.Path != "" || u.Opaque != "" {
-		return uri
-	}
-	u.Path = "/"
-	return u.String()
 }
 
 type mongoConn struct {
