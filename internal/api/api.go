@@ -30,7 +30,6 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/docs"
 	"github.com/writeback/writeback/internal/metrics"
-	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
 )
@@ -46,15 +45,6 @@ type Options struct {
 	InstanceID   string
 	Stores       map[string]store.Store
 	Warnings     func() []string // extra warnings for /v1/status
-	// Queues, when set (queue families are configured), makes /v1/flush
-	// apply the pending sessions too and /v1/status report them.
-	Queues Queues
-}
-
-// Queues are the session queues as /v1/flush and /v1/status see them.
-type Queues interface {
-	Flush(context.Context) (bgt.QueueFlushResult, error)
-	Stats(context.Context) (session.Stats, error)
 }
 
 // Handler serves the API.
@@ -69,6 +59,9 @@ type Handler struct {
 	mux  *http.ServeMux
 	rdb  redis.UniversalClient
 	auth []byte
+	// queues, set by RegisterSessions when queue families are configured,
+	// makes /v1/flush apply pending sessions too and /v1/status report them.
+	queues *Sessions
 }
 
 // New returns the API handler.
@@ -426,11 +419,11 @@ func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
 		qerr error
 		wg   sync.WaitGroup
 	)
-	if h.opt.Queues != nil {
+	if h.queues != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			qres, qerr = h.opt.Queues.Flush(ctx)
+			qres, qerr = h.queues.Applier.Flush(ctx)
 		}()
 	}
 	res, err := h.app.Flush(ctx)
@@ -446,7 +439,7 @@ func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := client.FlushResult{Applied: res.Applied, Pending: st.PendingChanges, DeadLetters: st.DeadLetters, Drained: res.Drained}
-	if h.opt.Queues != nil {
+	if h.queues != nil {
 		out.Sessions = &client.QueueFlushResult{Applied: qres.Applied, Pending: qres.Pending, Stopped: qres.Stopped, Drained: qres.Drained}
 		out.Drained = out.Drained && qres.Drained && qres.Pending == 0
 	}
@@ -485,8 +478,8 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 			WriteThroughFallback: c.Policy == docs.WriteBack && h.svc.Fallback()})
 	}
 	sortCollections(out.Collections)
-	if h.opt.Queues != nil {
-		qs, err := h.opt.Queues.Stats(r.Context())
+	if h.queues != nil {
+		qs, err := h.queues.Queues.Stats(r.Context())
 		if err != nil {
 			return err
 		}

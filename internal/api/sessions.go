@@ -26,6 +26,9 @@ type Sessions struct {
 // reads and the queues' status, flush and dead letters.
 func (h *Handler) RegisterSessions(s Sessions) {
 	sh := &sessionHandler{h: h, s: s}
+	if len(s.Service.Families()) > 0 {
+		h.queues = &s
+	}
 	h.route("POST /v1/sessions", "session", sh.begin)
 	h.route("POST /v1/sessions/{id}/{action}", "session", sh.act)
 	h.route("GET /v1/cache/{key...}", "cache", sh.read)

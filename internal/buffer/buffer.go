@@ -575,10 +575,13 @@ func appendWriteArgs(args []any, r WriteRequest) []any {
 			// from the same operators).
 			args = appendOpaque(args, f, o.Replace)
 		}
-		seen := map[string]bool{}
+		var seen map[string]bool // top-level fields of document operators
 		for _, op := range c.Ops {
 			f, _, _ := strings.Cut(op.Path, ".")
 			if !seen[f] {
+				if seen == nil {
+					seen = map[string]bool{}
+				}
 				seen[f] = true
 				args = appendOpaque(args, f, o.Replace)
 			}

@@ -27,7 +27,6 @@ import (
 	"github.com/writeback/writeback/internal/docs"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/resp"
-	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -146,7 +145,6 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		InstanceID:   wb.InstanceID,
 		Stores:       s.stores,
 		Warnings:     func() []string { return s.warnings },
-		Queues:       s.sess.queues(),
 	}, s.svc, s.app, s.buf, s.m, reg, log)
 	s.sess.register(h)
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -358,22 +356,4 @@ func (s *Server) close() {
 	if s.respLn != nil {
 		_ = s.respLn.Close()
 	}
-}
-
-// queueOps are the session queues as /v1/flush and /v1/status see them.
-type queueOps struct {
-	app *bgt.QueueApplier
-	q   *session.Queues
-}
-
-func (o queueOps) Flush(ctx context.Context) (bgt.QueueFlushResult, error) { return o.app.Flush(ctx) }
-func (o queueOps) Stats(ctx context.Context) (session.Stats, error)        { return o.q.Stats(ctx) }
-
-// queues returns the session queues for the API, or nil when no queue
-// family is configured (then /v1/flush and /v1/status leave them out).
-func (ss *sessions) queues() api.Queues {
-	if len(ss.svc.Families()) == 0 {
-		return nil
-	}
-	return queueOps{app: ss.app, q: ss.q}
 }
