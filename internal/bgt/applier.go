@@ -44,6 +44,9 @@ type Config struct {
 	MaxRetries   int           // consecutive failures before a batch is split to find the culprit
 	RetryBackoff time.Duration // first backoff; doubles up to MaxBackoff, with jitter
 	CompactEvery time.Duration // applied-records compaction period (at least MinCompactEvery)
+	// BatchTimeout bounds one round (default and most: 30 s). A round
+	// that outlives it is retried smaller (see shrink).
+	BatchTimeout time.Duration
 }
 
 // MinCompactEvery is the shortest applied-records compaction period: more
@@ -52,6 +55,23 @@ const MinCompactEvery = 2 * time.Minute
 
 // batchTimeout bounds one batch: reading it, the store transaction, the trim.
 const batchTimeout = 30 * time.Second
+
+// shrinkMemory is how long rounds stay smaller than one that outlived the
+// batch timeout before they may grow back to its size.
+const shrinkMemory = time.Minute
+
+// shrink is how much smaller than configured the rounds of a partition are,
+// after a round of it outlived the batch timeout: a batch too big for the
+// store to apply in time would otherwise fail the same way at every retry,
+// and nothing would be applied again (a slow store, a cold one, documents
+// with thousands of buffered changes). Each timeout halves the round; each
+// round that succeeds doubles it again, but not back to the size that
+// timed out until shrinkMemory has passed.
+type shrink struct {
+	div    int       // the round takes BatchSize/div documents and MaxPerDoc/div changes of each, at least 1
+	failed int       // the divisor of the last round that timed out
+	until  time.Time // until then the divisor stays above failed
+}
 
 // Applier applies buffered writes. Create it with New, call Prepare once,
 // then Run.
@@ -79,11 +99,12 @@ type Applier struct {
 	work []chan []int  // per worker: the partitions of its next round
 	kick chan struct{} // a worker found more work than one round took
 
-	mu       sync.Mutex // guards owned, busy, failures, retryAt, live, idle, warned
+	mu       sync.Mutex // guards owned, busy, failures, retryAt, shrunk, live, idle, warned
 	owned    map[int]bool
 	busy     []bool // per worker: a round is in flight
 	failures map[int]int
 	retryAt  map[int]time.Time
+	shrunk   map[int]shrink // partitions whose rounds are smaller than configured
 	live     int
 	idle     map[store.AppliedRecord]bool // applied records idle at the last compaction round
 	warned   time.Time                    // last warning about unknown collections
@@ -109,6 +130,10 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
 	}
+	if cfg.BatchTimeout <= 0 || cfg.BatchTimeout > batchTimeout {
+		// Never longer: compactApplied's safety assumes rounds end within it.
+		cfg.BatchTimeout = batchTimeout
+	}
 	a := &Applier{
 		cfg: cfg, buf: buf, colls: colls, m: m, log: log,
 		parts:    make([]sync.Mutex, buf.Partitions()),
@@ -118,6 +143,7 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 		busy:     make([]bool, cfg.Workers),
 		failures: map[int]int{},
 		retryAt:  map[int]time.Time{},
+		shrunk:   map[int]shrink{},
 	}
 	for i := range a.work {
 		a.work[i] = make(chan []int, 1)
@@ -356,8 +382,10 @@ func (a *Applier) worker(ctx context.Context, w int) {
 			// A round that has started finishes even if shutdown begins
 			// meanwhile (bounded), so that a SIGTERM does not turn into
 			// replays for the sidecar that takes the partitions over.
-			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+			div := a.divisor(parts)
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.BatchTimeout)
 			n, full, err := a.ApplyRound(bctx, parts)
+			timedOut := err != nil && errors.Is(bctx.Err(), context.DeadlineExceeded)
 			cancel()
 			a.mu.Lock()
 			a.busy[w] = false
@@ -370,7 +398,13 @@ func (a *Applier) worker(ctx context.Context, w int) {
 					delete(a.retryAt, p)
 				}
 			}
+			a.resize(parts, div, timedOut, err == nil)
 			a.mu.Unlock()
+			if timedOut {
+				docs, perDoc := a.roundSize(2 * div)
+				a.log.Warn("an apply round outlived its timeout; the next rounds of its partitions are smaller",
+					"partitions", parts, "timeout", a.cfg.BatchTimeout, "documents", docs, "changes_per_document", perDoc)
+			}
 			if err != nil && ctx.Err() == nil {
 				a.log.Warn("applying buffered writes", "partitions", parts, "err", err)
 			}
@@ -381,6 +415,61 @@ func (a *Applier) worker(ctx context.Context, w int) {
 				}
 			}
 		}
+	}
+}
+
+// divisor returns the shrink divisor of a round of parts: the largest of
+// theirs.
+func (a *Applier) divisor(parts []int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	div := 1
+	for _, p := range parts {
+		if s, ok := a.shrunk[p]; ok {
+			div = max(div, s.div)
+		}
+	}
+	return div
+}
+
+// roundSize is how many documents, and changes of each, a round with
+// divisor div takes.
+func (a *Applier) roundSize(div int) (docs, perDoc int) {
+	return max(1, a.cfg.BatchSize/div), max(1, a.cfg.MaxPerDoc/div)
+}
+
+// resize records the outcome of a round of parts taken with divisor div:
+// halve after a timeout, double back after a success (see shrink). Called
+// with a.mu held.
+func (a *Applier) resize(parts []int, div int, timedOut, ok bool) {
+	now := time.Now()
+	if timedOut {
+		next := div
+		if docs, perDoc := a.roundSize(div); docs > 1 || perDoc > 1 {
+			next = 2 * div
+		}
+		for _, p := range parts {
+			a.shrunk[p] = shrink{div: next, failed: div, until: now.Add(shrinkMemory)}
+		}
+		return
+	}
+	if !ok {
+		return
+	}
+	for _, p := range parts {
+		s, found := a.shrunk[p]
+		if !found {
+			continue
+		}
+		remember := now.Before(s.until)
+		if s.div > 1 && (!remember || s.div/2 > s.failed) {
+			s.div /= 2
+		}
+		if s.div == 1 && !remember {
+			delete(a.shrunk, p)
+			continue
+		}
+		a.shrunk[p] = s
 	}
 }
 
@@ -439,7 +528,8 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 	// Read past documents of collections this sidecar does not serve (a
 	// collection removed from the config while it had pending writes; or
 	// another deployment's): they must not hide the ones it does serve.
-	lists, err := a.buf.PendingDocs(ctx, parts, 2*a.cfg.BatchSize)
+	size, perDoc := a.roundSize(a.divisor(parts))
+	lists, err := a.buf.PendingDocs(ctx, parts, 2*size)
 	if err != nil {
 		return 0, false, err
 	}
@@ -455,15 +545,15 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 		}
 		lists[i] = kept
 	}
-	refs := Pick(parts, lists, a.cfg.BatchSize)
+	refs := Pick(parts, lists, size)
 	if len(refs) == 0 {
 		return 0, false, nil
 	}
 	for _, l := range lists {
-		full = full || len(l) >= a.cfg.BatchSize
+		full = full || len(l) >= size
 	}
-	full = full || len(refs) == a.cfg.BatchSize
-	changes, err := a.buf.Changes(ctx, refs, a.cfg.MaxPerDoc)
+	full = full || len(refs) == size
+	changes, err := a.buf.Changes(ctx, refs, perDoc)
 	if err != nil {
 		return 0, false, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
@@ -27,7 +28,7 @@ type world struct {
 	coll  string
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T, tune ...func(*Config)) *world {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "postgres", testenv.PostgresDSN(t))
@@ -62,8 +63,11 @@ func newWorld(t *testing.T) *world {
 	}
 	w.buf = buffer.New(rdb, prefix, 4, time.Second)
 	colls := map[string]*Collection{w.coll: {Name: w.coll, StoreName: "pg", Store: st, Table: tbl}}
-	w.app = New(Config{InstanceID: "t", Workers: 2, BatchSize: 16, OwnerLease: time.Second, PollInterval: 10 * time.Millisecond},
-		w.buf, colls, metrics.New(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	cfg := Config{InstanceID: "t", Workers: 2, BatchSize: 16, OwnerLease: time.Second, PollInterval: 10 * time.Millisecond}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	w.app = New(cfg, w.buf, colls, metrics.New(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
 	return w
 }
 
@@ -157,6 +161,108 @@ func TestCompactAppliedTwoRounds(t *testing.T) {
 	}
 }
 
+// A batch the store cannot apply within the batch timeout is retried
+// smaller until it fits, instead of failing the same way forever: here
+// every row costs the store 50 ms, a round has 300 ms, and the configured
+// round of 16 documents needs 800 ms — and so does a round of one
+// partition alone (64 documents in 4 partitions).
+func TestRoundsShrinkAfterTimeout(t *testing.T) {
+	w := newWorld(t, func(c *Config) {
+		c.Workers, c.BatchSize, c.MaxPerDoc = 1, 16, 16
+		c.BatchTimeout, c.RetryBackoff = 300*time.Millisecond, 10*time.Millisecond
+	})
+	ctx := context.Background()
+	dsn := testenv.PostgresDSN(t)
+	fn := w.table + "_slow"
+	for _, q := range []string{
+		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$",
+		"CREATE TRIGGER " + fn + " BEFORE INSERT OR UPDATE ON " + w.table + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+	} {
+		if err := execSQL(ctx, dsn, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _ = execSQL(ctx, dsn, "DROP FUNCTION IF EXISTS "+fn+"() CASCADE") })
+
+	// 64 documents, the last 8 written 3 times: every document's last
+	// value is its id times 10.
+	want := map[string]int{}
+	for i := range 64 {
+		id := fmt.Sprint(i)
+		if i >= 56 {
+			w.put(t, id, 1)
+			w.put(t, id, 2)
+		}
+		w.put(t, id, 10*i)
+		want[id] = 10 * i
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.app.Run(rctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := w.buf.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PendingChanges == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d changes still pending after 30 s: rounds that time out are retried at the same size", st.PendingChanges)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := map[string]int{}
+	rows, err := pgxQuery(ctx, dsn, "SELECT id, n FROM "+w.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range rows {
+		got[id] = int(n)
+	}
+	assert.Equal(t, want, got, "the table after the rounds")
+	// Every document was applied exactly once per change: its applied
+	// record holds its last seq.
+	for id, seq := range w.records(t) {
+		if seq <= 0 {
+			t.Errorf("document %s: applied seq %d", id, seq)
+		}
+	}
+	w.app.mu.Lock()
+	s, ok := w.app.shrunk[w.buf.Partition(w.coll, "0")]
+	w.app.mu.Unlock()
+	if !ok || s.div < 2 || s.failed < 1 {
+		t.Errorf("rounds of document 0's partition: %+v, %v; want them shrunk after a timeout", s, ok)
+	}
+}
+
+// pgxQuery returns the id → n rows of a two-column query.
+func pgxQuery(ctx context.Context, dsn, q string) (map[string]int64, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var id, n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[fmt.Sprint(id)] = n
+	}
+	return out, rows.Err()
+}
+
 func execSQL(ctx context.Context, dsn, q string) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -165,4 +271,36 @@ func execSQL(ctx context.Context, dsn, q string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, q)
 	return err
+}
+
+// A round that timed out halves the next; successes double them back, but
+// not to the size that timed out until shrinkMemory has passed; a round of
+// one change of one document cannot shrink further.
+func TestResize(t *testing.T) {
+	a := &Applier{cfg: Config{BatchSize: 8, MaxPerDoc: 4}, shrunk: map[int]shrink{}}
+	a.resize([]int{3}, 1, true, false)
+	assert.Equal(t, 2, a.shrunk[3].div)
+	a.resize([]int{3}, 2, true, false)
+	assert.Equal(t, 4, a.shrunk[3].div)
+	a.resize([]int{3}, 4, false, true)
+	assert.Equal(t, 4, a.shrunk[3].div, "grown back to the size that timed out within shrinkMemory")
+	a.resize([]int{3}, 4, false, false)
+	assert.Equal(t, 4, a.shrunk[3].div, "a failure other than a timeout changes nothing")
+
+	s := a.shrunk[3]
+	s.until = time.Now().Add(-time.Second)
+	a.shrunk[3] = s
+	a.resize([]int{3}, 4, false, true)
+	assert.Equal(t, 2, a.shrunk[3].div)
+	a.resize([]int{3}, 2, false, true)
+	_, ok := a.shrunk[3]
+	assert.False(t, ok, "back to the configured size once the memory passed")
+
+	for div := 1; div <= 8; div *= 2 {
+		a.resize([]int{5}, div, true, false)
+	}
+	docs, perDoc := a.roundSize(a.shrunk[5].div)
+	assert.Equal(t, [2]int{1, 1}, [2]int{docs, perDoc})
+	a.resize([]int{5}, a.shrunk[5].div, true, false)
+	assert.Equal(t, 8, a.shrunk[5].div, "cannot shrink below one change")
 }
