@@ -108,15 +108,28 @@ end
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
 //
-// A counting HSET of a cached document costs five commands (HGET, INCR,
-// RPUSH, DEL of the I leases, HSET), plus ZADD when it makes the document
-// pending.
+// A counting HSET of a cached document costs three commands (HGET, RPUSH,
+// HSET), plus ZADD when it makes the document pending; each group adds GET
+// and INCRBY of its sequence, one DEL of the I leases its writes void, and
+// the counters.
 var writeScript = redis.NewScript(luaEntry + `
 local lease = ARGV[1]
 -- The writes of a call are buffered at one time, read once.
 local ms = tostring(now_ms())
--- The current group's counters.
+-- The current group's counters, and its sequence: seq is the last one
+-- given out, written back once at the end of the group.
 local changes, bytes, docs = 0, 0, 0
+local seq = 0
+-- The I leases the group's writes void, deleted in one DEL at the end of
+-- the group (or before the group touches one of them otherwise): the
+-- script is atomic, so no reader sees them in between.
+local voids, voided = {}, {}
+local function void_now()
+  if #voids > 0 then
+    redis.call('DEL', unpack(voids))
+    voids, voided = {}, {}
+  end
+end
 
 -- Commands with many arguments go in slices: unpack puts them all on the
 -- Lua stack, which holds a few thousand.
@@ -181,6 +194,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
   end
   if needs and not cached then
     local exists
+    if voided[il] then void_now() end
     local last = redis.call('LINDEX', bw, -1)
     if last then
       local _, _, lk = entry_seq_ms(last)
@@ -251,9 +265,10 @@ local function write(pending, seqk, ck, bw, il, a, z)
       end
     end
   end
-  local seq = redis.call('INCR', seqk)
-  local e = seq .. '|' .. ms .. '|' .. body
+  local s = seq + 1
+  local e = s .. '|' .. ms .. '|' .. body
   local len = redis.call('RPUSH', bw, e)
+  seq = s
   changes, bytes = changes + 1, bytes + #e
   if len == 1 then
     -- Pending from now on; the member is the cache entry's name after the
@@ -263,7 +278,10 @@ local function write(pending, seqk, ck, bw, il, a, z)
   end
   -- A reader that missed before this write may be computing an older value:
   -- void its I lease so that it cannot install it.
-  redis.call('DEL', il)
+  if not voided[il] then
+    voided[il] = true
+    voids[#voids + 1] = il
+  end
   if mode == 'x' or kind == 'D' then
     redis.call('DEL', ck)
   elseif kind == 'P' then
@@ -327,8 +345,8 @@ local function write(pending, seqk, ck, bw, il, a, z)
     if sets and #sets > 0 then hset_list(ck, sets) end
     if sets and #dels > 0 then redis.call('HDEL', ck, unpack(dels)) end
   end
-  if counting then return {seq, added, removed, value} end
-  return {seq}
+  if counting then return {s, added, removed, value} end
+  return {s}
 end
 
 local out = {}
@@ -341,7 +359,10 @@ while k < #KEYS do
   -- the seqs the store recorded as applied, and the changes would be
   -- skipped as duplicates. Refuse before touching anything; the caller
   -- reseeds.
-  local seqok = redis.call('EXISTS', seqk) == 1
+  local cur = redis.call('GET', seqk)
+  local seqok = cur ~= false
+  if seqok then seq = tonumber(cur) end
+  local first = seq
   changes, bytes, docs = 0, 0, 0
   for w = 1, nw do
     local n = tonumber(ARGV[a])
@@ -358,8 +379,10 @@ while k < #KEYS do
     out[#out + 1] = r
     a, k = a + n + 1, k + 3
   end
-  -- The counters of every write buffered above, whatever became of the
-  -- writes after it.
+  -- The sequence, the voided leases and the counters of every write
+  -- buffered above, whatever became of the writes after it.
+  if seqok and seq > first then redis.call('INCRBY', seqk, seq - first) end
+  void_now()
   if changes > 0 then
     redis.call('HINCRBY', sk, 'changes', changes)
     redis.call('HINCRBY', sk, 'bytes', bytes)
