@@ -398,10 +398,10 @@ func (a *Applier) worker(ctx context.Context, w int) {
 					delete(a.retryAt, p)
 				}
 			}
-			a.resize(parts, div, timedOut, err == nil)
+			next := a.resize(parts, div, timedOut, err == nil)
 			a.mu.Unlock()
 			if timedOut {
-				docs, perDoc := a.roundSize(2 * div)
+				docs, perDoc := a.roundSize(next)
 				a.log.Warn("an apply round outlived its timeout; the next rounds of its partitions are smaller",
 					"partitions", parts, "timeout", a.cfg.BatchTimeout, "documents", docs, "changes_per_document", perDoc)
 			}
@@ -439,9 +439,10 @@ func (a *Applier) roundSize(div int) (docs, perDoc int) {
 }
 
 // resize records the outcome of a round of parts taken with divisor div:
-// halve after a timeout, double back after a success (see shrink). Called
-// with a.mu held.
-func (a *Applier) resize(parts []int, div int, timedOut, ok bool) {
+// halve after a timeout, double back after a success (see shrink). It
+// returns the divisor of the next rounds after a timeout, div otherwise.
+// Called with a.mu held.
+func (a *Applier) resize(parts []int, div int, timedOut, ok bool) int {
 	now := time.Now()
 	if timedOut {
 		next := div
@@ -451,10 +452,10 @@ func (a *Applier) resize(parts []int, div int, timedOut, ok bool) {
 		for _, p := range parts {
 			a.shrunk[p] = shrink{div: next, failed: div, until: now.Add(shrinkMemory)}
 		}
-		return
+		return next
 	}
 	if !ok {
-		return
+		return div
 	}
 	for _, p := range parts {
 		s, found := a.shrunk[p]
@@ -471,6 +472,7 @@ func (a *Applier) resize(parts []int, div int, timedOut, ok bool) {
 		}
 		a.shrunk[p] = s
 	}
+	return div
 }
 
 // MaxBackoff caps the delay between retries of a failing store: short
