@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -28,6 +29,11 @@ import (
 //	       "bench_usertable/<key>", every read a cache hit, every write
 //	       buffered write-back (replicas 0)
 //	http   the sidecar's HTTP API: GET / PATCH {"$set":…} (no pipelining)
+//
+// and, for HSET only, two reference servers that do a fraction of the
+// front door's work (resp_ceiling_test.go): proxy forwards each pipeline
+// of HSETs to Redis as it is, skeleton as one script doing the two
+// commands every buffered write needs.
 //
 // go-redis clients (RESP3) send pipelines of respPipeline commands from
 // 4 × GOMAXPROCS goroutines, one connection each.
@@ -179,7 +185,33 @@ func respVariants(b *testing.B, write bool) ([]respVariant, func()) {
 			return nil
 		}},
 	}
-	return vs, func() { side.Close(); raw.Close(); httpc.Close() }
+	done := func() { side.Close(); raw.Close(); httpc.Close() }
+	if !write {
+		return vs, done
+	}
+	// The reference points for HSET (resp_ceiling_test.go), on the raw
+	// hashes.
+	proxy, err := startRefProxy(redisAddr, forwardHSET)
+	if err != nil {
+		b.Fatal(err)
+	}
+	skeleton, err := startRefProxy(redisAddr, skeletonHSET)
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxyc, skeletonc := respClient(proxy.addr()), respClient(skeleton.addr())
+	rawKey := func(k string) string { return respWorld.prefix + ":" + k }
+	vs = append(vs,
+		respVariant{"proxy", pipelined(proxyc, rawKey)},
+		respVariant{"skeleton", pipelined(skeletonc, rawKey)})
+	return vs, func() {
+		done()
+		proxyc.Close()
+		skeletonc.Close()
+		if err := errors.Join(proxy.close(""), skeleton.close(skeletonList+respWorld.prefix)); err != nil {
+			b.Error(err)
+		}
+	}
 }
 
 // benchVariant runs b.N operations of v from parallelism × GOMAXPROCS
@@ -231,11 +263,12 @@ func BenchmarkRESPWrite(b *testing.B) {
 }
 
 // BenchmarkRESPSideBySide measures the three read variants, and then the
-// three write variants, for a fixed time each, one after the other, over
+// five write variants, for a fixed time each, one after the other, over
 // several rounds, and reports the median throughputs and the medians of the
 // per-round ratios the front door is held to: hit reads ≥ 3× the HTTP API
 // and ≥ 40 % of raw Redis, HSET ≥ 30 % of raw Redis (and, for reference,
-// HSET against the HTTP API's PATCH). The machine is shared, so ratios
+// HSET against the HTTP API's PATCH, and the reference servers' HSET
+// against raw Redis). The machine is shared, so ratios
 // within a round, a few seconds apart, mean more than any single figure.
 // b.N is ignored: one iteration is the whole measurement.
 func BenchmarkRESPSideBySide(b *testing.B) {
@@ -264,6 +297,8 @@ func BenchmarkRESPSideBySide(b *testing.B) {
 			runs["hset-"+v.name] = append(runs["hset-"+v.name], round[v.name])
 		}
 		ratios["hset-resp/redis"] = append(ratios["hset-resp/redis"], round["resp"]/round["redis"])
+		ratios["hset-proxy/redis"] = append(ratios["hset-proxy/redis"], round["proxy"]/round["redis"])
+		ratios["hset-skeleton/redis"] = append(ratios["hset-skeleton/redis"], round["skeleton"]/round["redis"])
 		ratios["hset-resp/http"] = append(ratios["hset-resp/http"], round["resp"]/round["http"])
 	}
 	b.StopTimer()
