@@ -56,23 +56,6 @@ const MinCompactEvery = 2 * time.Minute
 // batchTimeout bounds one batch: reading it, the store transaction, the trim.
 const batchTimeout = 30 * time.Second
 
-// shrinkMemory is how long rounds stay smaller than one that outlived the
-// batch timeout before they may grow back to its size.
-const shrinkMemory = time.Minute
-
-// shrink is how much smaller than configured the rounds of a partition are,
-// after a round of it outlived the batch timeout: a batch too big for the
-// store to apply in time would otherwise fail the same way at every retry,
-// and nothing would be applied again (a slow store, a cold one, documents
-// with thousands of buffered changes). Each timeout halves the round; each
-// round that succeeds doubles it again, but not back to the size that
-// timed out until shrinkMemory has passed.
-type shrink struct {
-	div    int       // the round takes BatchSize/div documents and MaxPerDoc/div changes of each, at least 1
-	failed int       // the divisor of the last round that timed out
-	until  time.Time // until then the divisor stays above failed
-}
-
 // Applier applies buffered writes. Create it with New, call Prepare once,
 // then Run.
 //
@@ -104,7 +87,7 @@ type Applier struct {
 	busy     []bool // per worker: a round is in flight
 	failures map[int]int
 	retryAt  map[int]time.Time
-	shrunk   map[int]shrink // partitions whose rounds are smaller than configured
+	shrunk   shrinks[int] // partitions whose rounds are smaller than configured
 	live     int
 	idle     map[store.AppliedRecord]bool // applied records idle at the last compaction round
 	warned   time.Time                    // last warning about unknown collections
@@ -143,8 +126,11 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 		busy:     make([]bool, cfg.Workers),
 		failures: map[int]int{},
 		retryAt:  map[int]time.Time{},
-		shrunk:   map[int]shrink{},
 	}
+	a.shrunk = newShrinks[int](func(div int) bool {
+		docs, perDoc := a.roundSize(div)
+		return docs == 1 && perDoc == 1
+	})
 	for i := range a.work {
 		a.work[i] = make(chan []int, 1)
 	}
@@ -398,7 +384,7 @@ func (a *Applier) worker(ctx context.Context, w int) {
 					delete(a.retryAt, p)
 				}
 			}
-			next := a.resize(parts, div, timedOut, err == nil)
+			next := a.shrunk.resize(parts, div, timedOut, err == nil)
 			a.mu.Unlock()
 			if timedOut {
 				docs, perDoc := a.roundSize(next)
@@ -423,56 +409,13 @@ func (a *Applier) worker(ctx context.Context, w int) {
 func (a *Applier) divisor(parts []int) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	div := 1
-	for _, p := range parts {
-		if s, ok := a.shrunk[p]; ok {
-			div = max(div, s.div)
-		}
-	}
-	return div
+	return a.shrunk.divisor(parts...)
 }
 
 // roundSize is how many documents, and changes of each, a round with
 // divisor div takes.
 func (a *Applier) roundSize(div int) (docs, perDoc int) {
 	return max(1, a.cfg.BatchSize/div), max(1, a.cfg.MaxPerDoc/div)
-}
-
-// resize records the outcome of a round of parts taken with divisor div:
-// halve after a timeout, double back after a success (see shrink). It
-// returns the divisor of the next rounds after a timeout, div otherwise.
-// Called with a.mu held.
-func (a *Applier) resize(parts []int, div int, timedOut, ok bool) int {
-	now := time.Now()
-	if timedOut {
-		next := div
-		if docs, perDoc := a.roundSize(div); docs > 1 || perDoc > 1 {
-			next = 2 * div
-		}
-		for _, p := range parts {
-			a.shrunk[p] = shrink{div: next, failed: div, until: now.Add(shrinkMemory)}
-		}
-		return next
-	}
-	if !ok {
-		return div
-	}
-	for _, p := range parts {
-		s, found := a.shrunk[p]
-		if !found {
-			continue
-		}
-		remember := now.Before(s.until)
-		if s.div > 1 && (!remember || s.div/2 > s.failed) {
-			s.div /= 2
-		}
-		if s.div == 1 && !remember {
-			delete(a.shrunk, p)
-			continue
-		}
-		a.shrunk[p] = s
-	}
-	return div
 }
 
 // MaxBackoff caps the delay between retries of a failing store: short

@@ -199,27 +199,10 @@ func TestRoundsShrinkAfterTimeout(t *testing.T) {
 		}
 		last[id] = w.put(t, id, 10*i)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.app.Run(rctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	runUntilApplied(t, w.app.Run, func(ctx context.Context) (int64, error) {
 		st, err := w.buf.Stats(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.PendingChanges == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d changes still pending after 30 s: rounds that time out are retried at the same size", st.PendingChanges)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return st.PendingChanges, err
+	}, "changes still pending after 30 s: rounds that time out are retried at the same size")
 	// Every document holds its last value, and its applied seq is its
 	// last write's.
 	tbl, err := w.st.Describe(ctx, w.table, "id")
@@ -236,10 +219,38 @@ func TestRoundsShrinkAfterTimeout(t *testing.T) {
 		assert.Equal(t, seq, applied, "document %s: applied seq", id)
 	}
 	w.app.mu.Lock()
-	s, ok := w.app.shrunk[w.buf.Partition(w.coll, "0")]
+	s, ok := w.app.shrunk.m[w.buf.Partition(w.coll, "0")]
 	w.app.mu.Unlock()
 	if !ok || s.div < 2 || s.failed < 1 {
 		t.Errorf("rounds of document 0's partition: %+v, %v; want them shrunk after a timeout", s, ok)
+	}
+}
+
+// runUntilApplied runs run (an applier's Run) until pending reports
+// nothing pending, and stops it; after 30 s it fails the test with
+// pending's count and what.
+func runUntilApplied(t *testing.T, run func(context.Context) error, pending func(context.Context) (int64, error), what string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := pending(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s", n, what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -257,30 +268,30 @@ func execSQL(ctx context.Context, dsn, q string) error {
 // not to the size that timed out until shrinkMemory has passed; a round of
 // one change of one document cannot shrink further.
 func TestResize(t *testing.T) {
-	a := &Applier{cfg: Config{BatchSize: 8, MaxPerDoc: 4}, shrunk: map[int]shrink{}}
-	a.resize([]int{3}, 1, true, false)
-	assert.Equal(t, 2, a.shrunk[3].div)
-	a.resize([]int{3}, 2, true, false)
-	assert.Equal(t, 4, a.shrunk[3].div)
-	a.resize([]int{3}, 4, false, true)
-	assert.Equal(t, 4, a.shrunk[3].div, "grown back to the size that timed out within shrinkMemory")
-	a.resize([]int{3}, 4, false, false)
-	assert.Equal(t, 4, a.shrunk[3].div, "a failure other than a timeout changes nothing")
+	a := New(Config{BatchSize: 8, MaxPerDoc: 4}, buffer.New(nil, "resize", 8, time.Second), nil, nil, nil)
+	a.shrunk.resize([]int{3}, 1, true, false)
+	assert.Equal(t, 2, a.shrunk.m[3].div)
+	a.shrunk.resize([]int{3}, 2, true, false)
+	assert.Equal(t, 4, a.shrunk.m[3].div)
+	a.shrunk.resize([]int{3}, 4, false, true)
+	assert.Equal(t, 4, a.shrunk.m[3].div, "grown back to the size that timed out within shrinkMemory")
+	a.shrunk.resize([]int{3}, 4, false, false)
+	assert.Equal(t, 4, a.shrunk.m[3].div, "a failure other than a timeout changes nothing")
 
-	s := a.shrunk[3]
+	s := a.shrunk.m[3]
 	s.until = time.Now().Add(-time.Second)
-	a.shrunk[3] = s
-	a.resize([]int{3}, 4, false, true)
-	assert.Equal(t, 2, a.shrunk[3].div)
-	a.resize([]int{3}, 2, false, true)
-	_, ok := a.shrunk[3]
+	a.shrunk.m[3] = s
+	a.shrunk.resize([]int{3}, 4, false, true)
+	assert.Equal(t, 2, a.shrunk.m[3].div)
+	a.shrunk.resize([]int{3}, 2, false, true)
+	_, ok := a.shrunk.m[3]
 	assert.False(t, ok, "back to the configured size once the memory passed")
 
 	for div := 1; div <= 8; div *= 2 {
-		a.resize([]int{5}, div, true, false)
+		a.shrunk.resize([]int{5}, div, true, false)
 	}
-	docs, perDoc := a.roundSize(a.shrunk[5].div)
+	docs, perDoc := a.roundSize(a.shrunk.m[5].div)
 	assert.Equal(t, [2]int{1, 1}, [2]int{docs, perDoc})
-	a.resize([]int{5}, a.shrunk[5].div, true, false)
-	assert.Equal(t, 8, a.shrunk[5].div, "cannot shrink below one change")
+	a.shrunk.resize([]int{5}, a.shrunk.m[5].div, true, false)
+	assert.Equal(t, 8, a.shrunk.m[5].div, "cannot shrink below one change")
 }

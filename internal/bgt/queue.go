@@ -37,11 +37,16 @@ type QueueConfig struct {
 	MaxRetries   int           // consecutive failures before the store's failure is logged at error level
 	RetryBackoff time.Duration // first backoff after a store error
 	CompactEvery time.Duration // applied-sessions compaction period (at least MinSessionCompactEvery)
+	// BatchTimeout bounds the apply of one batch of a queue (default and
+	// most: 30 s). A batch that outlives it is retried smaller (see
+	// shrink).
+	BatchTimeout time.Duration
 }
 
 // MinSessionCompactEvery is the shortest applied-sessions compaction
-// period: twice the longest apply of a batch of sessions (batchTimeout
-// bounds every one, whoever runs it), see CompactApplied.
+// period: twice the longest apply of a batch of sessions (BatchTimeout,
+// at most batchTimeout, bounds every one, whoever runs it), see
+// CompactApplied.
 const MinSessionCompactEvery = 2 * batchTimeout
 
 // QueueApplier applies Design 2's queues: it owns queue partitions through
@@ -50,8 +55,9 @@ const MinSessionCompactEvery = 2 * batchTimeout
 // order, up to BatchSize sessions per store transaction, exactly once
 // (store.SessionStore.ApplySessions), then pops what the store committed.
 // A session the store rejects for good stops its queue (a dead letter)
-// without blocking other queues. Misses apply a queue's prefix through
-// ApplyThrough, and Flush drains everything.
+// without blocking other queues. A batch that outlives BatchTimeout is
+// retried smaller (see shrink), whoever applies it. Misses apply a queue's
+// prefix through ApplyThrough, and Flush drains everything.
 type QueueApplier struct {
 	cfg  QueueConfig
 	q    *session.Queues
@@ -62,11 +68,12 @@ type QueueApplier struct {
 
 	locks sync.Map // queue name → *sync.Mutex: one apply of a queue at a time in this process
 
-	mu       sync.Mutex // guards owned, live, failures, retryAt, idle, warned
+	mu       sync.Mutex // guards owned, live, failures, retryAt, shrunk, idle, warned
 	owned    map[int]bool
 	live     int
 	failures map[string]int // per queue: consecutive failed applies
 	retryAt  map[string]time.Time
+	shrunk   shrinks[string] // queues whose batches are smaller than BatchSize
 	idle     map[string]bool // applied records whose session was gone at the last compaction round
 	warned   time.Time
 }
@@ -97,9 +104,18 @@ func NewQueueApplier(cfg QueueConfig, q *session.Queues, buf *buffer.Buffer, fam
 	if cfg.CompactEvery < MinSessionCompactEvery {
 		cfg.CompactEvery = MinSessionCompactEvery
 	}
-	return &QueueApplier{cfg: cfg, q: q, buf: buf, fams: fams, m: m, log: log,
+	if cfg.BatchTimeout <= 0 || cfg.BatchTimeout > batchTimeout {
+		// Never longer: CompactApplied's safety assumes batches end within it.
+		cfg.BatchTimeout = batchTimeout
+	}
+	a := &QueueApplier{cfg: cfg, q: q, buf: buf, fams: fams, m: m, log: log,
 		owned: map[int]bool{}, failures: map[string]int{}, retryAt: map[string]time.Time{}}
+	a.shrunk = newShrinks[string](func(div int) bool { return a.batchSize(div) == 1 })
+	return a
 }
+
+// batchSize is how many sessions a batch with shrink divisor div takes.
+func (a *QueueApplier) batchSize(div int) int { return max(1, a.cfg.BatchSize/div) }
 
 // Prepare creates writeback_applied_sessions in every store a family uses.
 func (a *QueueApplier) Prepare(ctx context.Context) error {
@@ -233,11 +249,7 @@ func (a *QueueApplier) worker(ctx context.Context, w int) {
 					parts = append(parts, p)
 				}
 			}
-			// A round that started finishes even if shutdown begins
-			// (bounded), so that SIGTERM does not turn into replays.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
-			n, more := a.round(rctx, parts)
-			cancel()
+			n, more := a.round(ctx, parts)
 			if n > 0 {
 				idle = 0
 			} else {
@@ -252,7 +264,10 @@ func (a *QueueApplier) worker(ctx context.Context, w int) {
 }
 
 // round applies one batch of each queue of parts that is neither stopped
-// nor backing off. more reports that a queue had more than a batch.
+// nor backing off. more reports that a queue had more than a batch. Each
+// batch has its own timeout: a round of many queues takes as long as they
+// need. Once ctx is done no batch starts, but one that started finishes
+// (bounded), so that SIGTERM does not turn into replays.
 func (a *QueueApplier) round(ctx context.Context, parts []int) (applied int, more bool) {
 	if len(parts) == 0 {
 		return 0, false
@@ -277,13 +292,16 @@ func (a *QueueApplier) round(ctx context.Context, parts []int) (applied int, mor
 			if stopped[queue] {
 				continue
 			}
+			if ctx.Err() != nil {
+				return applied, false
+			}
 			a.mu.Lock()
 			wait := now.Before(a.retryAt[queue])
 			a.mu.Unlock()
 			if wait {
 				continue
 			}
-			n, full, err := a.applyQueue(ctx, queue, 0)
+			n, full, err := a.applyQueue(context.WithoutCancel(ctx), queue, 0)
 			applied += n
 			a.noteResult(queue, err)
 			more = more || (full && err == nil)
@@ -324,26 +342,46 @@ func (a *QueueApplier) lock(queue string) *sync.Mutex {
 }
 
 // applyQueue applies one batch from the head of queue: up to BatchSize
-// sessions, and only those with seq <= through when through > 0. done
-// reports that nothing is left to apply (within through); full that the
-// batch was full.
+// sessions (fewer while the queue's batches are shrunk), and only those
+// with seq <= through when through > 0. full reports that the batch was
+// full.
 func (a *QueueApplier) applyQueue(ctx context.Context, queue string, through int64) (applied int, full bool, err error) {
 	mu := a.lock(queue)
 	mu.Lock()
 	defer mu.Unlock()
-	// Bounded, whoever calls (the compaction's safety depends on it).
-	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
-	defer cancel()
 	f := a.family(queue)
 	if f == nil {
 		a.warnUnknown(queue)
 		return 0, false, nil
 	}
-	head, err := a.q.Head(ctx, queue, a.cfg.BatchSize)
+	a.mu.Lock()
+	div := a.shrunk.divisor(queue)
+	a.mu.Unlock()
+	// Bounded, whoever calls (the compaction's safety depends on it).
+	bctx, cancel := context.WithTimeout(ctx, a.cfg.BatchTimeout)
+	defer cancel()
+	applied, full, err = a.applyHead(bctx, f, queue, a.batchSize(div), through)
+	// A batch that outlived its own timeout, not its caller's, is
+	// retried smaller.
+	timedOut := err != nil && errors.Is(bctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	a.mu.Lock()
+	next := a.shrunk.resize([]string{queue}, div, timedOut, err == nil)
+	a.mu.Unlock()
+	if timedOut {
+		a.log.Warn("applying a batch of a queue outlived its timeout; the queue's next batches are smaller",
+			"queue", queue, "timeout", a.cfg.BatchTimeout, "sessions", a.batchSize(next))
+	}
+	return applied, full, err
+}
+
+// applyHead applies up to size sessions from the head of queue (see
+// applyQueue).
+func (a *QueueApplier) applyHead(ctx context.Context, f *session.Family, queue string, size int, through int64) (applied int, full bool, err error) {
+	head, err := a.q.Head(ctx, queue, size)
 	if err != nil {
 		return 0, false, err
 	}
-	full = len(head) == a.cfg.BatchSize
+	full = len(head) == size
 	if through > 0 {
 		k := sort.Search(len(head), func(i int) bool { return head[i].Seq > through })
 		full = full && k == len(head)

@@ -36,8 +36,8 @@ func (a *QueueApplier) compactLoop(ctx context.Context) {
 // sessions would be applied twice. A record whose session was gone at the
 // previous round was popped before that round, so such a reader read the
 // queue before it and would still be running a whole period later; every
-// apply of a batch (applier, miss, flush) is bounded by batchTimeout, half
-// the shortest period (MinSessionCompactEvery).
+// apply of a batch (applier, miss, flush) is bounded by BatchTimeout, at
+// most batchTimeout, half the shortest period (MinSessionCompactEvery).
 //
 // A record whose session is still in Redis is kept: a replay of its queue
 // after a crash between the store commit and the pop must find it.

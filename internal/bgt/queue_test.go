@@ -38,7 +38,7 @@ type queueWorld struct {
 	m      *metrics.Sessions
 }
 
-func newQueueWorld(t *testing.T, driver string, batch int) *queueWorld {
+func newQueueWorld(t *testing.T, driver string, batch int, tune ...func(*QueueConfig)) *queueWorld {
 	t.Helper()
 	ctx := context.Background()
 	dsn, sqlDriver := testenv.PostgresDSN(t), "pgx"
@@ -75,8 +75,11 @@ func newQueueWorld(t *testing.T, driver string, batch int) *queueWorld {
 	log := slog.New(slog.DiscardHandler)
 	w.svc = session.New(w.rdb, session.Config{Prefix: prefix, Partitions: 4, LeaseLifetime: time.Second}, fams, nil, w.m, metrics.New(nil), log)
 	w.q = session.NewQueues(w.rdb, w.svc.Keys())
-	w.app = NewQueueApplier(QueueConfig{InstanceID: "t", Workers: 2, BatchSize: batch, OwnerLease: time.Second, PollInterval: 10 * time.Millisecond},
-		w.q, buffer.New(w.rdb, prefix, 4, time.Second), fams, w.m, log)
+	cfg := QueueConfig{InstanceID: "t", Workers: 2, BatchSize: batch, OwnerLease: time.Second, PollInterval: 10 * time.Millisecond}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	w.app = NewQueueApplier(cfg, w.q, buffer.New(w.rdb, prefix, 4, time.Second), fams, w.m, log)
 	if err := w.app.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +175,43 @@ func TestQueueAppliesInOrder(t *testing.T) {
 			t.Errorf("queue b: v = %d, want 9", v)
 		}
 	})
+}
+
+// A batch of sessions too slow for the batch timeout is retried smaller
+// until it fits, instead of timing out forever, and the queue is still
+// applied in order, exactly once.
+func TestQueueShrinksAfterTimeout(t *testing.T) {
+	w := newQueueWorld(t, "postgres", 64, func(c *QueueConfig) {
+		c.BatchTimeout, c.RetryBackoff = 300*time.Millisecond, 10*time.Millisecond
+	})
+	// 50 ms per row written: a batch of 64 sessions takes 3.2 s, one of 4
+	// fits in the timeout.
+	fn := w.table + "_slow"
+	w.exec(t, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$")
+	t.Cleanup(func() { _, _ = w.db.Exec("DROP FUNCTION IF EXISTS " + fn + "() CASCADE") })
+	w.exec(t, "CREATE TRIGGER "+fn+" BEFORE UPDATE ON "+w.table+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()")
+	for v := int64(1); v <= 64; v++ {
+		w.commit(t, "a", 1, v)
+	}
+	runUntilApplied(t, w.app.Run, func(ctx context.Context) (int64, error) {
+		st, err := w.q.Stats(ctx)
+		return st.PendingSessions, err
+	}, "sessions still pending after 30 s: batches that time out are retried at the same size")
+	if v := w.value(t, 1); v != 64 {
+		t.Errorf("v = %d, want 64 (the last session of the queue)", v)
+	}
+	if n := w.appliedRows(t); n != 64 {
+		t.Errorf("%d applied records, want one per session (64)", n)
+	}
+	if n := testutil.ToFloat64(w.m.DuplicatesSkipped); n != 0 {
+		t.Errorf("%v duplicates skipped: a timed-out batch committed", n)
+	}
+	w.app.mu.Lock()
+	s, ok := w.app.shrunk.m[w.family+"/a"]
+	w.app.mu.Unlock()
+	if !ok || s.div < 2 || s.failed < 1 {
+		t.Errorf("batches of the queue: %+v, %v; want them shrunk after a timeout", s, ok)
+	}
 }
 
 // A session the store rejects stops its queue at it; ApplyThrough says so.
