@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -82,9 +81,10 @@ type Applier struct {
 	work []chan []int  // per worker: the partitions of its next round
 	kick chan struct{} // a worker found more work than one round took
 
-	mu       sync.Mutex // guards owned, busy, failures, retryAt, shrunk, live, idle, warned
-	owned    map[int]bool
-	busy     []bool // per worker: a round is in flight
+	owned owned // the partitions this sidecar owns
+
+	mu       sync.Mutex // guards busy, failures, retryAt, shrunk, live, idle, warned
+	busy     []bool     // per worker: a round is in flight
 	failures map[int]int
 	retryAt  map[int]time.Time
 	shrunk   shrinks[int] // partitions whose rounds are smaller than configured
@@ -122,7 +122,6 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 		parts:    make([]sync.Mutex, buf.Partitions()),
 		work:     make([]chan []int, cfg.Workers),
 		kick:     make(chan struct{}, 1),
-		owned:    map[int]bool{},
 		busy:     make([]bool, cfg.Workers),
 		failures: map[int]int{},
 		retryAt:  map[int]time.Time{},
@@ -175,16 +174,7 @@ func (a *Applier) Prepare(ctx context.Context) error {
 }
 
 // Owned returns the partitions this applier owns, sorted.
-func (a *Applier) Owned() []int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]int, 0, len(a.owned))
-	for p := range a.owned {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out
-}
+func (a *Applier) Owned() []int { return a.owned.list() }
 
 // Sidecars is the number of live sidecars sharing the partitions, as last
 // seen.
@@ -241,7 +231,7 @@ loop:
 		case <-compact.C:
 			// In its own goroutine: a long compaction must not delay the
 			// ownership renewals and dispatches of this loop.
-			if a.isOwned(0) && compacting.TryLock() {
+			if a.owned.has(0) && compacting.TryLock() {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -254,12 +244,6 @@ loop:
 	wg.Wait()
 	a.releaseAll()
 	return nil
-}
-
-func (a *Applier) isOwned(p int) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.owned[p]
 }
 
 // releaseAll gives every owned partition back; called on shutdown with a
@@ -275,9 +259,7 @@ func (a *Applier) releaseAll() {
 	if err := a.buf.Leave(ctx, a.cfg.InstanceID); err != nil {
 		a.log.Warn("leaving the sidecar registry", "err", err)
 	}
-	a.mu.Lock()
-	a.owned = map[int]bool{}
-	a.mu.Unlock()
+	a.owned.clear()
 	a.m.OwnedPartitions.Set(0)
 }
 
@@ -293,34 +275,24 @@ func (a *Applier) tickOwnership(ctx context.Context) {
 		}
 		return
 	}
-	for _, p := range rebalance(ctx, a.buf, a.cfg.InstanceID, a.cfg.OwnerLease, a.buf.Partitions(), live, a.Owned(), a.setOwned) {
+	for _, p := range rebalance(ctx, a.buf, a.cfg.InstanceID, a.cfg.OwnerLease, a.buf.Partitions(), live, a.Owned(), a.owned.set) {
 		a.log.Info("lost ownership of partition", "partition", p)
 	}
 	a.mu.Lock()
 	a.live = live
-	n := len(a.owned)
 	a.mu.Unlock()
-	a.m.OwnedPartitions.Set(float64(n))
+	a.m.OwnedPartitions.Set(float64(len(a.Owned())))
 	a.m.Sidecars.Set(float64(live))
-}
-
-func (a *Applier) setOwned(p int, on bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if on {
-		a.owned[p] = true
-	} else {
-		delete(a.owned, p)
-	}
 }
 
 // dispatch hands each idle worker the owned partitions it serves that have
 // pending documents. It reports whether any partition had work.
 func (a *Applier) dispatch(ctx context.Context) bool {
 	now := time.Now()
+	owned := a.Owned()
 	a.mu.Lock()
 	var parts []int
-	for p := range a.owned {
+	for _, p := range owned {
 		if !a.busy[p%a.cfg.Workers] && !now.Before(a.retryAt[p]) {
 			parts = append(parts, p)
 		}
@@ -329,7 +301,6 @@ func (a *Applier) dispatch(ctx context.Context) bool {
 	if len(parts) == 0 {
 		return true // every partition with work is being applied
 	}
-	sort.Ints(parts)
 	counts, err := a.buf.PendingCounts(ctx, parts)
 	if err != nil {
 		if ctx.Err() == nil {

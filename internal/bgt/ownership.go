@@ -3,9 +3,52 @@ package bgt
 import (
 	"context"
 	"hash/crc32"
+	"maps"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 )
+
+// owned is the set of partitions an applier owns, safe for concurrent
+// use; the zero value is empty.
+type owned struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+// list returns the owned partitions, sorted.
+func (o *owned) list() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Sorted(maps.Keys(o.m))
+}
+
+func (o *owned) has(p int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.m[p]
+}
+
+// set adds p (on) or removes it.
+func (o *owned) set(p int, on bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !on {
+		delete(o.m, p)
+		return
+	}
+	if o.m == nil {
+		o.m = map[int]bool{}
+	}
+	o.m[p] = true
+}
+
+func (o *owned) clear() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.m = nil
+}
 
 // leases are renewable ownership leases of numbered partitions (the
 // pending index's, or the session queues').

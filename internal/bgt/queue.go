@@ -68,8 +68,9 @@ type QueueApplier struct {
 
 	locks sync.Map // queue name → *sync.Mutex: one apply of a queue at a time in this process
 
-	mu       sync.Mutex // guards owned, live, failures, retryAt, shrunk, idle, warned
-	owned    map[int]bool
+	owned owned // the queue partitions this sidecar owns
+
+	mu       sync.Mutex // guards live, failures, retryAt, shrunk, idle, warned
 	live     int
 	failures map[string]int // per queue: consecutive failed applies
 	retryAt  map[string]time.Time
@@ -109,7 +110,7 @@ func NewQueueApplier(cfg QueueConfig, q *session.Queues, buf *buffer.Buffer, fam
 		cfg.BatchTimeout = batchTimeout
 	}
 	a := &QueueApplier{cfg: cfg, q: q, buf: buf, fams: fams, m: m, log: log,
-		owned: map[int]bool{}, failures: map[string]int{}, retryAt: map[string]time.Time{}}
+		failures: map[string]int{}, retryAt: map[string]time.Time{}}
 	a.shrunk = newShrinks[string](func(div int) bool { return a.batchSize(div) == 1 })
 	return a
 }
@@ -133,16 +134,7 @@ func (a *QueueApplier) Prepare(ctx context.Context) error {
 }
 
 // Owned returns the queue partitions this sidecar owns, sorted.
-func (a *QueueApplier) Owned() []int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]int, 0, len(a.owned))
-	for p := range a.owned {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out
-}
+func (a *QueueApplier) Owned() []int { return a.owned.list() }
 
 // Run keeps ownership of a fair share of the queue partitions and applies
 // their queues until ctx is done, then releases them.
@@ -175,22 +167,6 @@ func (a *QueueApplier) Run(ctx context.Context) error {
 	}
 }
 
-func (a *QueueApplier) isOwned(p int) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.owned[p]
-}
-
-func (a *QueueApplier) setOwned(p int, on bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if on {
-		a.owned[p] = true
-	} else {
-		delete(a.owned, p)
-	}
-}
-
 // tickOwnership renews owned partitions and moves towards this sidecar's
 // fair share (see Applier.tickOwnership).
 func (a *QueueApplier) tickOwnership(ctx context.Context) {
@@ -201,14 +177,13 @@ func (a *QueueApplier) tickOwnership(ctx context.Context) {
 		}
 		return
 	}
-	for _, p := range rebalance(ctx, a.q, a.cfg.InstanceID, a.cfg.OwnerLease, a.q.Keys().Partitions(), live, a.Owned(), a.setOwned) {
+	for _, p := range rebalance(ctx, a.q, a.cfg.InstanceID, a.cfg.OwnerLease, a.q.Keys().Partitions(), live, a.Owned(), a.owned.set) {
 		a.log.Info("lost ownership of queue partition", "partition", p)
 	}
 	a.mu.Lock()
 	a.live = live
-	n := len(a.owned)
 	a.mu.Unlock()
-	a.m.OwnedPartitions.Set(float64(n))
+	a.m.OwnedPartitions.Set(float64(len(a.Owned())))
 }
 
 func (a *QueueApplier) releaseAll() {
@@ -219,9 +194,7 @@ func (a *QueueApplier) releaseAll() {
 			a.log.Warn("releasing queue partition", "partition", p, "err", err)
 		}
 	}
-	a.mu.Lock()
-	a.owned = map[int]bool{}
-	a.mu.Unlock()
+	a.owned.clear()
 	a.m.OwnedPartitions.Set(0)
 }
 

@@ -18,7 +18,7 @@ func (a *QueueApplier) compactLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if a.isOwned(0) {
+			if a.owned.has(0) {
 				a.CompactApplied(ctx)
 			}
 		}
