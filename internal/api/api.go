@@ -1,7 +1,7 @@
 // Package api is the HTTP face of the sidecar: the /v1 document, flush and
 // status endpoints, health and readiness probes and /metrics, with bearer
 // auth, body limits and the error model of docs/api.md. It translates HTTP
-// to calls on docs.Service and bgt.Applier and back; it holds no state.
+// to calls on document.Service and bgt.Applier and back; it holds no state.
 package api
 
 import (
@@ -28,7 +28,7 @@ import (
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
@@ -50,7 +50,7 @@ type Options struct {
 // Handler serves the API.
 type Handler struct {
 	opt  Options
-	svc  *docs.Service
+	svc  *document.Service
 	app  *bgt.Applier
 	buf  *buffer.Buffer
 	m    *metrics.Metrics
@@ -65,7 +65,7 @@ type Handler struct {
 }
 
 // New returns the API handler.
-func New(opt Options, svc *docs.Service, app *bgt.Applier, buf *buffer.Buffer, m *metrics.Metrics, reg prometheus.Gatherer, log *slog.Logger) *Handler {
+func New(opt Options, svc *document.Service, app *bgt.Applier, buf *buffer.Buffer, m *metrics.Metrics, reg prometheus.Gatherer, log *slog.Logger) *Handler {
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = 1 << 20
 	}
@@ -154,7 +154,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		ae  *Error
 		ce  *change.Error
 		mbe *http.MaxBytesError
-		se  *docs.StoreError
+		se  *document.StoreError
 		re  *buffer.ReplicationError
 	)
 	switch {
@@ -163,11 +163,11 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		ae = apiError(http.StatusBadRequest, "invalid_argument", ce.Msg)
 	case errors.As(err, &mbe):
 		ae = apiError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the limit of %d bytes", mbe.Limit))
-	case errors.Is(err, docs.ErrUnknownCollection):
+	case errors.Is(err, document.ErrUnknownCollection):
 		ae = apiError(http.StatusNotFound, "not_found", fmt.Sprintf("unknown collection %q", r.PathValue("collection")))
-	case errors.Is(err, docs.ErrNotFound):
+	case errors.Is(err, document.ErrNotFound):
 		ae = apiError(http.StatusNotFound, "not_found", "document not found")
-	case errors.Is(err, docs.ErrConflict):
+	case errors.Is(err, document.ErrConflict):
 		w.Header().Set("Retry-After", "1")
 		ae = apiError(http.StatusConflict, "aborted", "too many concurrent writes to the document; retry with backoff")
 	case errors.As(err, &se) && store.IsPermanent(se.Err):
@@ -475,7 +475,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 	}
 	for name, c := range h.svc.Collections() {
 		out.Collections = append(out.Collections, client.CollectionStatus{Name: name, Store: c.StoreName, Table: c.Table.Name, Policy: string(c.Policy),
-			WriteThroughFallback: c.Policy == docs.WriteBack && h.svc.Fallback()})
+			WriteThroughFallback: c.Policy == document.WriteBack && h.svc.Fallback()})
 	}
 	sortCollections(out.Collections)
 	if h.queues != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/writeback/writeback/internal/change"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 )
 
 // Limits of one connection.
@@ -39,15 +39,15 @@ type job struct {
 
 	// What the command still has to do, set when it is prepared. A job
 	// with none of read, fw and run was answered then.
-	keys   []docKey                                      // the documents it touches, distinct
-	key1   [1]docKey                                     // keys' storage for one document
-	writes bool                                          // whether it writes them
-	ref    docs.Ref                                      // its document, for read and fw
-	read   func(j *job, s *change.Schema, doc docs.Hash) // a one-document read: renders the document (nil: missing)
-	fw     *docs.FieldWrite                              // a one-document write
-	wrote  func(j *job, r docs.FieldResult)              // renders fw's result
-	mapErr func(err error) *respError                    // errors fw words its own way (may return nil)
-	run    func(ctx context.Context, j *job)             // anything else doing I/O; sets the reply
+	keys   []docKey                                          // the documents it touches, distinct
+	key1   [1]docKey                                         // keys' storage for one document
+	writes bool                                              // whether it writes them
+	ref    document.Ref                                      // its document, for read and fw
+	read   func(j *job, s *change.Schema, doc document.Hash) // a one-document read: renders the document (nil: missing)
+	fw     *document.FieldWrite                              // a one-document write
+	wrote  func(j *job, r document.FieldResult)              // renders fw's result
+	mapErr func(err error) *respError                        // errors fw words its own way (may return nil)
+	run    func(ctx context.Context, j *job)                 // anything else doing I/O; sets the reply
 }
 
 func (j *job) reply(b []byte) { j.out, j.code = b, 200 }
@@ -82,14 +82,14 @@ func (j *job) answered() bool { return j.read == nil && j.fw == nil && j.run == 
 
 // docKey names a document in a connection's ordering.
 type docKey struct {
-	coll *docs.Collection
+	coll *document.Collection
 	id   string
 }
 
-func keyOf(r docs.Ref) docKey { return docKey{r.Coll, r.ID} }
+func keyOf(r document.Ref) docKey { return docKey{r.Coll, r.ID} }
 
 // setKey makes r the one document j touches.
-func (j *job) setKey(r docs.Ref) {
+func (j *job) setKey(r document.Ref) {
 	j.key1[0] = keyOf(r)
 	j.keys = j.key1[:]
 }
@@ -118,8 +118,8 @@ func (j *job) setKey(r docs.Ref) {
 // A command with nothing to wait for joins the reader's current batch;
 // once the reader has taken in every command that had arrived, it
 // dispatches the batch: the cache lookups of its reads go to Redis in one
-// round trip, and so do the first attempts of its writes (docs.GetMany,
-// docs.WriteFields), each on a goroutine of its own so that the reader goes
+// round trip, and so do the first attempts of its writes (document.GetMany,
+// document.WriteFields), each on a goroutine of its own so that the reader goes
 // on reading. The commands of one batch never conflict with each other,
 // since a command conflicting with an earlier one waits for it. A command
 // that has to wait runs on its own goroutine once those it waits for are
@@ -363,11 +363,11 @@ func (c *conn) batchContext(n int) (context.Context, func()) {
 
 func (c *conn) execReads(rs []*job) {
 	ctx, doneOne := c.batchContext(len(rs))
-	refs := make([]docs.Ref, len(rs))
+	refs := make([]document.Ref, len(rs))
 	for i, j := range rs {
 		refs[i] = j.ref
 	}
-	c.s.svc.GetMany(ctx, refs, func(i int, doc docs.Hash, err error) {
+	c.s.svc.GetMany(ctx, refs, func(i int, doc document.Hash, err error) {
 		c.readDone(rs[i], doc, err)
 		doneOne()
 	})
@@ -375,11 +375,11 @@ func (c *conn) execReads(rs []*job) {
 
 func (c *conn) execWrites(ws []*job) {
 	ctx, doneOne := c.batchContext(len(ws))
-	fws := make([]docs.FieldWrite, len(ws))
+	fws := make([]document.FieldWrite, len(ws))
 	for i, j := range ws {
 		fws[i] = *j.fw
 	}
-	c.s.svc.WriteFields(ctx, fws, func(i int, r docs.FieldResult, err error) {
+	c.s.svc.WriteFields(ctx, fws, func(i int, r document.FieldResult, err error) {
 		c.writeDone(ws[i], r, err)
 		doneOne()
 	})
@@ -400,7 +400,7 @@ func (c *conn) runAlone(j *job, deps []*job) {
 	case j.read != nil:
 		var wg sync.WaitGroup
 		wg.Add(1)
-		c.s.svc.GetMany(ctx, []docs.Ref{j.ref}, func(_ int, doc docs.Hash, err error) {
+		c.s.svc.GetMany(ctx, []document.Ref{j.ref}, func(_ int, doc document.Hash, err error) {
 			c.readDone(j, doc, err)
 			wg.Done()
 		})
@@ -411,9 +411,9 @@ func (c *conn) runAlone(j *job, deps []*job) {
 	}
 }
 
-func (c *conn) readDone(j *job, doc docs.Hash, err error) {
+func (c *conn) readDone(j *job, doc document.Hash, err error) {
 	switch {
-	case err == nil, errors.Is(err, docs.ErrNotFound):
+	case err == nil, errors.Is(err, document.ErrNotFound):
 		j.read(j, j.ref.Coll.Table.Schema, doc)
 	default:
 		j.fail(c.s.toRESP(err))
@@ -421,7 +421,7 @@ func (c *conn) readDone(j *job, doc docs.Hash, err error) {
 	c.finish(j)
 }
 
-func (c *conn) writeDone(j *job, r docs.FieldResult, err error) {
+func (c *conn) writeDone(j *job, r document.FieldResult, err error) {
 	if err == nil {
 		j.wrote(j, r)
 	} else if e := j.mapErr; e != nil && e(err) != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/writeback/writeback/internal/change"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 )
 
 // The document commands. A document is a hash whose fields are its
@@ -24,25 +24,25 @@ import (
 
 // ref resolves a key "collection/id" or "collection:id" (collection names
 // contain neither character, ids may).
-func (s *Server) ref(key []byte) (docs.Ref, *respError) {
+func (s *Server) ref(key []byte) (document.Ref, *respError) {
 	k := string(key)
 	i := strings.IndexAny(k, "/:")
 	if i <= 0 {
-		return docs.Ref{}, errf(400, "ERR key '%.128s' does not name a document: use collection/id or collection:id", k)
+		return document.Ref{}, errf(400, "ERR key '%.128s' does not name a document: use collection/id or collection:id", k)
 	}
 	r, err := s.svc.Ref(k[:i], k[i+1:])
 	if err != nil {
-		if errors.Is(err, docs.ErrUnknownCollection) {
-			return docs.Ref{}, errf(404, "ERR unknown collection '%.128s' in key '%.128s'", k[:i], k)
+		if errors.Is(err, document.ErrUnknownCollection) {
+			return document.Ref{}, errf(404, "ERR unknown collection '%.128s' in key '%.128s'", k[:i], k)
 		}
-		return docs.Ref{}, s.toRESP(err)
+		return document.Ref{}, s.toRESP(err)
 	}
 	return r, nil
 }
 
 // readOne prepares a one-document read of key, whose result render
 // encodes.
-func readOne(c *conn, j *job, key []byte, render func(j *job, schema *change.Schema, doc docs.Hash)) {
+func readOne(c *conn, j *job, key []byte, render func(j *job, schema *change.Schema, doc document.Hash)) {
 	r, e := c.s.ref(key)
 	if e != nil {
 		j.fail(e)
@@ -62,7 +62,7 @@ func readable(s *change.Schema, name []byte) (change.Column, bool) {
 
 func cmdHGet(c *conn, j *job, args [][]byte) {
 	name := args[2]
-	readOne(c, j, args[1], func(j *job, s *change.Schema, doc docs.Hash) {
+	readOne(c, j, args[1], func(j *job, s *change.Schema, doc document.Hash) {
 		if col, ok := readable(s, name); ok {
 			if b, _, ok := appendWire(nil, col.Type, doc[col.Name], nil); ok {
 				j.reply(b)
@@ -75,7 +75,7 @@ func cmdHGet(c *conn, j *job, args [][]byte) {
 
 func cmdHMGet(c *conn, j *job, args [][]byte) {
 	names := args[2:]
-	readOne(c, j, args[1], func(j *job, s *change.Schema, doc docs.Hash) {
+	readOne(c, j, args[1], func(j *job, s *change.Schema, doc document.Hash) {
 		b := redcon.AppendArray(j.buffer(16+128*len(names)), len(names))
 		var scratch []byte
 		for _, n := range names {
@@ -92,7 +92,7 @@ func cmdHMGet(c *conn, j *job, args [][]byte) {
 }
 
 func cmdHGetAll(c *conn, j *job, args [][]byte) {
-	readOne(c, j, args[1], func(j *job, s *change.Schema, doc docs.Hash) {
+	readOne(c, j, args[1], func(j *job, s *change.Schema, doc document.Hash) {
 		type field struct {
 			col *change.Column
 			v   string
@@ -121,14 +121,14 @@ func notNull(v string) bool { return v != "" && v != "null" }
 
 func cmdHExists(c *conn, j *job, args [][]byte) {
 	name := args[2]
-	readOne(c, j, args[1], func(j *job, s *change.Schema, doc docs.Hash) {
+	readOne(c, j, args[1], func(j *job, s *change.Schema, doc document.Hash) {
 		col, ok := readable(s, name)
 		j.reply(redcon.AppendInt(nil, boolInt(ok && notNull(doc[col.Name]))))
 	})
 }
 
 func cmdHLen(c *conn, j *job, args [][]byte) {
-	readOne(c, j, args[1], func(j *job, s *change.Schema, doc docs.Hash) {
+	readOne(c, j, args[1], func(j *job, s *change.Schema, doc document.Hash) {
 		var n int64
 		for _, col := range s.Columns {
 			if col.Name != s.Key && notNull(doc[col.Name]) {
@@ -147,7 +147,7 @@ func boolInt(b bool) int64 {
 }
 
 // writeOne prepares a one-document write of key.
-func writeOne(c *conn, j *job, key []byte, build func(r docs.Ref) (*docs.FieldWrite, *respError), wrote func(j *job, r docs.FieldResult)) {
+func writeOne(c *conn, j *job, key []byte, build func(r document.Ref) (*document.FieldWrite, *respError), wrote func(j *job, r document.FieldResult)) {
 	r, e := c.s.ref(key)
 	if e != nil {
 		j.fail(e)
@@ -190,7 +190,7 @@ func cmdHSet(c *conn, j *job, args [][]byte) {
 	}
 	hmset := bytes.EqualFold(args[0], []byte("hmset"))
 	pairs := args[2:]
-	writeOne(c, j, args[1], func(r docs.Ref) (*docs.FieldWrite, *respError) {
+	writeOne(c, j, args[1], func(r document.Ref) (*document.FieldWrite, *respError) {
 		s := r.Coll.Table.Schema
 		set := make(change.Doc, len(pairs)/2)
 		for i := 0; i < len(pairs); i += 2 {
@@ -204,8 +204,8 @@ func cmdHSet(c *conn, j *job, args [][]byte) {
 			}
 			set[col.Name] = v
 		}
-		return &docs.FieldWrite{Op: docs.SetFields, Set: set}, nil
-	}, func(j *job, r docs.FieldResult) {
+		return &document.FieldWrite{Op: document.SetFields, Set: set}, nil
+	}, func(j *job, r document.FieldResult) {
 		if hmset {
 			j.reply(ok)
 			return
@@ -218,7 +218,7 @@ func cmdHSet(c *conn, j *job, args [][]byte) {
 // absent, and NOT NULL columns cannot be deleted.
 func cmdHDel(c *conn, j *job, args [][]byte) {
 	names := args[2:]
-	writeOne(c, j, args[1], func(r docs.Ref) (*docs.FieldWrite, *respError) {
+	writeOne(c, j, args[1], func(r document.Ref) (*document.FieldWrite, *respError) {
 		s := r.Coll.Table.Schema
 		var unset []string
 		seen := map[string]bool{}
@@ -237,8 +237,8 @@ func cmdHDel(c *conn, j *job, args [][]byte) {
 			j.reply(redcon.AppendInt(nil, 0))
 			return nil, nil
 		}
-		return &docs.FieldWrite{Op: docs.UnsetFields, Unset: unset}, nil
-	}, func(j *job, r docs.FieldResult) {
+		return &document.FieldWrite{Op: document.UnsetFields, Unset: unset}, nil
+	}, func(j *job, r document.FieldResult) {
 		j.reply(redcon.AppendInt(nil, r.Removed))
 	})
 }
@@ -251,7 +251,7 @@ func cmdHIncrBy(c *conn, j *job, args [][]byte) {
 		j.fail(errNotInteger)
 		return
 	}
-	writeOne(c, j, args[1], func(r docs.Ref) (*docs.FieldWrite, *respError) {
+	writeOne(c, j, args[1], func(r document.Ref) (*document.FieldWrite, *respError) {
 		col, e := writableColumn(r.Coll.Table.Schema, r.Coll.Name, args[2])
 		if e != nil {
 			return nil, e
@@ -259,8 +259,8 @@ func cmdHIncrBy(c *conn, j *job, args [][]byte) {
 		if col.Type != change.TypeInt {
 			return nil, errHashNotInt
 		}
-		return &docs.FieldWrite{Op: docs.IncField, Field: col.Name, Amount: json.Number(strconv.FormatInt(amount, 10))}, nil
-	}, func(j *job, r docs.FieldResult) {
+		return &document.FieldWrite{Op: document.IncField, Field: col.Name, Amount: json.Number(strconv.FormatInt(amount, 10))}, nil
+	}, func(j *job, r document.FieldResult) {
 		n, err := strconv.ParseInt(string(r.Value), 10, 64)
 		if err != nil {
 			j.fail(errf(503, "ERR the new value %.40q is not an integer", r.Value))
@@ -280,7 +280,7 @@ func cmdHIncrByFloat(c *conn, j *job, args [][]byte) {
 		return
 	}
 	var isFloatCol bool
-	writeOne(c, j, args[1], func(r docs.Ref) (*docs.FieldWrite, *respError) {
+	writeOne(c, j, args[1], func(r document.Ref) (*document.FieldWrite, *respError) {
 		col, e := writableColumn(r.Coll.Table.Schema, r.Coll.Name, args[2])
 		if e != nil {
 			return nil, e
@@ -288,19 +288,19 @@ func cmdHIncrByFloat(c *conn, j *job, args [][]byte) {
 		switch col.Type {
 		case change.TypeFloat:
 			isFloatCol = true
-			return &docs.FieldWrite{Op: docs.IncField, Field: col.Name, Amount: json.Number(floatJSON(f))}, nil
+			return &document.FieldWrite{Op: document.IncField, Field: col.Name, Amount: json.Number(floatJSON(f))}, nil
 		case change.TypeInt:
 			if f != math.Trunc(f) || math.Abs(f) >= 1<<63 {
 				return nil, errf(400, "ERR field '%s' is an integer column: the increment must be a whole number", col.Name)
 			}
-			return &docs.FieldWrite{Op: docs.IncField, Field: col.Name, Amount: json.Number(strconv.FormatInt(int64(f), 10))}, nil
+			return &document.FieldWrite{Op: document.IncField, Field: col.Name, Amount: json.Number(strconv.FormatInt(int64(f), 10))}, nil
 		}
 		return nil, errHashNotFlt
-	}, func(j *job, r docs.FieldResult) {
+	}, func(j *job, r document.FieldResult) {
 		j.reply(redcon.AppendBulk(nil, r.Value))
 	})
 	j.mapErr = func(err error) *respError {
-		if isFloatCol && errors.Is(err, docs.ErrOverflow) {
+		if isFloatCol && errors.Is(err, document.ErrOverflow) {
 			return errFloatInf
 		}
 		return nil
@@ -309,8 +309,8 @@ func cmdHIncrByFloat(c *conn, j *job, args [][]byte) {
 
 // keysOf resolves the keys of a multi-key command, and its distinct
 // documents for the ordering.
-func (s *Server) keysOf(keys [][]byte) ([]docs.Ref, []docKey, *respError) {
-	refs := make([]docs.Ref, len(keys))
+func (s *Server) keysOf(keys [][]byte) ([]document.Ref, []docKey, *respError) {
+	refs := make([]document.Ref, len(keys))
 	var ids []docKey
 	seen := map[docKey]bool{}
 	for i, k := range keys {
@@ -331,9 +331,9 @@ func (s *Server) keysOf(keys [][]byte) ([]docs.Ref, []docKey, *respError) {
 // deleted one after the other, each atomically (not all at once).
 func cmdDel(c *conn, j *job, args [][]byte) {
 	if len(args) == 2 {
-		writeOne(c, j, args[1], func(docs.Ref) (*docs.FieldWrite, *respError) {
-			return &docs.FieldWrite{Op: docs.DeleteDoc}, nil
-		}, func(j *job, r docs.FieldResult) {
+		writeOne(c, j, args[1], func(document.Ref) (*document.FieldWrite, *respError) {
+			return &document.FieldWrite{Op: document.DeleteDoc}, nil
+		}, func(j *job, r document.FieldResult) {
 			j.reply(redcon.AppendInt(nil, boolInt(r.Existed)))
 		})
 		return
@@ -347,7 +347,7 @@ func cmdDel(c *conn, j *job, args [][]byte) {
 	j.run = func(ctx context.Context, j *job) {
 		var n int64
 		for _, r := range refs {
-			res, err := c.s.svc.WriteField(ctx, docs.FieldWrite{Ref: r, Op: docs.DeleteDoc})
+			res, err := c.s.svc.WriteField(ctx, document.FieldWrite{Ref: r, Op: document.DeleteDoc})
 			if err != nil {
 				j.fail(c.s.toRESP(err))
 				return
@@ -362,7 +362,7 @@ func cmdDel(c *conn, j *job, args [][]byte) {
 // counts twice, as in Redis).
 func cmdExists(c *conn, j *job, args [][]byte) {
 	if len(args) == 2 {
-		readOne(c, j, args[1], func(j *job, _ *change.Schema, doc docs.Hash) {
+		readOne(c, j, args[1], func(j *job, _ *change.Schema, doc document.Hash) {
 			j.reply(redcon.AppendInt(nil, boolInt(doc != nil)))
 		})
 		return
@@ -381,12 +381,12 @@ func cmdExists(c *conn, j *job, args [][]byte) {
 			first error
 		)
 		wg.Add(len(refs))
-		c.s.svc.GetMany(ctx, refs, func(_ int, _ docs.Hash, err error) {
+		c.s.svc.GetMany(ctx, refs, func(_ int, _ document.Hash, err error) {
 			mu.Lock()
 			switch {
 			case err == nil:
 				n++
-			case !errors.Is(err, docs.ErrNotFound) && first == nil:
+			case !errors.Is(err, document.ErrNotFound) && first == nil:
 				first = err
 			}
 			mu.Unlock()

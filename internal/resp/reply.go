@@ -10,7 +10,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/writeback/writeback/internal/change"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -118,18 +118,18 @@ func (s *Server) toRESP(err error) *respError {
 	var (
 		re *respError
 		ce *change.Error
-		se *docs.StoreError
+		se *document.StoreError
 	)
 	switch {
 	case errors.As(err, &re):
 		return re
 	case errors.As(err, &ce):
 		return errf(400, "ERR %s", ce.Msg)
-	case errors.Is(err, docs.ErrUnknownCollection):
-		return errf(404, "ERR %s", strings.TrimPrefix(err.Error(), "docs: "))
-	case errors.Is(err, docs.ErrConflict):
+	case errors.Is(err, document.ErrUnknownCollection):
+		return errf(404, "ERR %s", strings.TrimPrefix(err.Error(), "document: "))
+	case errors.Is(err, document.ErrConflict):
 		return errConflict
-	case errors.Is(err, docs.ErrOverflow):
+	case errors.Is(err, document.ErrOverflow):
 		return errOverflow
 	case errors.As(err, &se) && store.IsPermanent(se.Err):
 		return errf(400, "ERR the store rejected the change: %s", oneLine(se.Err.Error()))

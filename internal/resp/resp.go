@@ -4,7 +4,7 @@
 // with the semantics, consistency, policies and metrics of the HTTP API. It
 // parses and encodes RESP with github.com/tidwall/redcon behind a guard
 // that enforces Redis's protocol limits, translates commands to calls on
-// docs.Service, and holds no state beyond its connections.
+// document.Service, and holds no state beyond its connections.
 //
 // Pipelining: a connection's commands are answered in the order they
 // arrived, but executed concurrently wherever they touch different
@@ -27,7 +27,7 @@ import (
 	"github.com/writeback/writeback/internal/api"
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
 )
 
@@ -46,7 +46,7 @@ type Options struct {
 // Server serves the Redis protocol on the listeners given to Serve.
 type Server struct {
 	opt Options
-	svc *docs.Service
+	svc *document.Service
 	buf *buffer.Buffer
 	app *bgt.Applier
 	m   *metrics.Metrics
@@ -68,7 +68,7 @@ type Server struct {
 
 // New returns a server over the document service. The buffer and the
 // appliers are read for INFO.
-func New(opt Options, svc *docs.Service, buf *buffer.Buffer, app *bgt.Applier, m *metrics.Metrics, log *slog.Logger) *Server {
+func New(opt Options, svc *document.Service, buf *buffer.Buffer, app *bgt.Applier, m *metrics.Metrics, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opt: opt, svc: svc, buf: buf, app: app, m: m, log: log,

@@ -24,7 +24,7 @@ import (
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/config"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/resp"
 	"github.com/writeback/writeback/internal/store"
@@ -45,7 +45,7 @@ type Server struct {
 	stores   map[string]store.Store
 	buf      *buffer.Buffer
 	app      *bgt.Applier
-	svc      *docs.Service
+	svc      *document.Service
 	m        *metrics.Metrics
 	http     *http.Server
 	ln       net.Listener
@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 
 	s.m = metrics.New(reg)
 	s.m.SetBuildInfo(Version, Commit)
-	colls := map[string]*docs.Collection{}
+	colls := map[string]*document.Collection{}
 	applied := map[string]*bgt.Collection{}
 	for name, cc := range cfg.Collections {
 		st := s.stores[cc.Store]
@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		if err != nil {
 			return nil, fmt.Errorf("collections.%s: %v", name, err)
 		}
-		colls[name] = &docs.Collection{Name: name, Policy: docs.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
+		colls[name] = &document.Collection{Name: name, Policy: document.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
 		applied[name] = &bgt.Collection{Name: name, StoreName: cc.Store, Store: st, Table: t}
 		s.m.InitCollection(name)
 	}
@@ -134,7 +134,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	if err := s.app.Prepare(ctx); err != nil {
 		return nil, err
 	}
-	s.svc = docs.New(s.buf, s.app, colls, s.m)
+	s.svc = document.New(s.buf, s.app, colls, s.m)
 	if err := s.newSessions(ctx, reg); err != nil {
 		return nil, err
 	}
@@ -336,7 +336,7 @@ func (s *Server) fallback(pinned, limit int64) {
 	}
 	s.svc.SetFallback(on)
 	for name, c := range s.svc.Collections() {
-		if c.Policy == docs.WriteBack {
+		if c.Policy == document.WriteBack {
 			s.m.WriteThroughFallback.WithLabelValues(name).Set(map[bool]float64{true: 1}[on])
 		}
 	}

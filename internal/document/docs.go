@@ -1,8 +1,8 @@
-// Package docs serves Design 1's documents: the read path (cache hit, or a
+// Package document serves Design 1's documents: the read path (cache hit, or a
 // miss merged from the store row and the buffered write under an I lease)
 // and the write path under each collection's policy. It composes the
 // buffer, the appliers and the stores; it speaks no HTTP.
-package docs
+package document
 
 import (
 	"context"
@@ -51,9 +51,9 @@ type Collection struct {
 
 // Errors the API maps to status codes.
 var (
-	ErrUnknownCollection = errors.New("docs: unknown collection")
-	ErrNotFound          = errors.New("docs: document not found")
-	ErrConflict          = errors.New("docs: too many concurrent writes to the document; retry")
+	ErrUnknownCollection = errors.New("document: unknown collection")
+	ErrNotFound          = errors.New("document: document not found")
+	ErrConflict          = errors.New("document: too many concurrent writes to the document; retry")
 )
 
 // StoreError is a store failure during a synchronous write (write-through,

@@ -1,4 +1,4 @@
-package docs_test
+package document_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
-	"github.com/writeback/writeback/internal/docs"
+	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/internal/testenv"
@@ -43,7 +43,7 @@ func (s *switchedStore) Apply(ctx context.Context, ws []store.Write) ([]store.Re
 // (write-back), whose appliers do not run: changes stay buffered until a
 // write applies them.
 type fieldWorld struct {
-	svc   *docs.Service
+	svc   *document.Service
 	buf   *buffer.Buffer
 	st    *switchedStore
 	table *store.Table
@@ -93,20 +93,20 @@ func newFieldWorld(t *testing.T) *fieldWorld {
 	if err := app.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.svc = docs.New(w.buf, app, map[string]*docs.Collection{
-		name: {Name: name, Policy: docs.WriteBack, TTL: time.Minute, StoreName: "pg", Store: w.st, Table: tbl},
+	w.svc = document.New(w.buf, app, map[string]*document.Collection{
+		name: {Name: name, Policy: document.WriteBack, TTL: time.Minute, StoreName: "pg", Store: w.st, Table: tbl},
 	}, m)
 	return w
 }
 
 // set is HSET id field value (canonical JSON).
-func (w *fieldWorld) set(t *testing.T, id, field, value string) docs.FieldWrite {
+func (w *fieldWorld) set(t *testing.T, id, field, value string) document.FieldWrite {
 	t.Helper()
 	ref, err := w.svc.Ref(w.coll, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return docs.FieldWrite{Ref: ref, Op: docs.SetFields, Set: change.Doc{field: []byte(value)}}
+	return document.FieldWrite{Ref: ref, Op: document.SetFields, Set: change.Doc{field: []byte(value)}}
 }
 
 func (w *fieldWorld) pending(t *testing.T) int64 {
@@ -119,10 +119,10 @@ func (w *fieldWorld) pending(t *testing.T) int64 {
 }
 
 // writeBatch runs ws through WriteFields and waits for every result.
-func (w *fieldWorld) writeBatch(ws []docs.FieldWrite) ([]docs.FieldResult, []error) {
-	rs, errs := make([]docs.FieldResult, len(ws)), make([]error, len(ws))
+func (w *fieldWorld) writeBatch(ws []document.FieldWrite) ([]document.FieldResult, []error) {
+	rs, errs := make([]document.FieldResult, len(ws)), make([]error, len(ws))
 	left := make(chan struct{}, len(ws))
-	w.svc.WriteFields(context.Background(), ws, func(i int, r docs.FieldResult, err error) {
+	w.svc.WriteFields(context.Background(), ws, func(i int, r document.FieldResult, err error) {
 		rs[i], errs[i] = r, err
 		left <- struct{}{}
 	})
@@ -151,11 +151,11 @@ func TestFieldWritesUnderFallbackApplyPendingFirst(t *testing.T) {
 
 	w.svc.SetFallback(true)
 	w.st.down.Store(true)
-	var se *docs.StoreError
+	var se *document.StoreError
 	if _, err := w.svc.WriteField(ctx, w.set(t, "1", "n", "5")); !errors.As(err, &se) || se.Buffered != 0 {
 		t.Fatalf("WriteField with the store down: %v; want a StoreError before buffering", err)
 	}
-	_, errs := w.writeBatch([]docs.FieldWrite{w.set(t, "1", "n", "5"), w.set(t, "2", "n", "5")})
+	_, errs := w.writeBatch([]document.FieldWrite{w.set(t, "1", "n", "5"), w.set(t, "2", "n", "5")})
 	for i, err := range errs {
 		if !errors.As(err, &se) || se.Buffered != 0 {
 			t.Fatalf("WriteFields[%d] with the store down: %v; want a StoreError before buffering", i, err)
@@ -169,7 +169,7 @@ func TestFieldWritesUnderFallbackApplyPendingFirst(t *testing.T) {
 	if r, err := w.svc.WriteField(ctx, w.set(t, "1", "n", "7")); err != nil || r.Added != 1 {
 		t.Fatalf("WriteField with the store up: %+v %v; want 1 field added", r, err)
 	}
-	rs, errs := w.writeBatch([]docs.FieldWrite{w.set(t, "2", "n", "8")})
+	rs, errs := w.writeBatch([]document.FieldWrite{w.set(t, "2", "n", "8")})
 	if errs[0] != nil || rs[0].Added != 1 {
 		t.Fatalf("WriteFields with the store up: %+v %v; want 1 field added", rs[0], errs[0])
 	}

@@ -1,4 +1,4 @@
-package docs
+package document
 
 // Field-level reads and writes, for the Redis-protocol front door
 // (internal/resp): a document is a hash whose fields are its columns. The
@@ -21,7 +21,7 @@ import (
 
 // ErrOverflow is an increment that would overflow an integer column or make
 // a float column infinite. Nothing was buffered.
-var ErrOverflow = errors.New("docs: increment or decrement would overflow")
+var ErrOverflow = errors.New("document: increment or decrement would overflow")
 
 // Ref names a document of a collection by its canonical id.
 type Ref struct {
@@ -264,7 +264,7 @@ func (s *Service) newFieldState(w *FieldWrite) (*fieldState, error) {
 	case DeleteDoc:
 		st.patch = change.Change{Kind: change.Delete}
 	default:
-		return nil, errors.New("docs: unknown field operation")
+		return nil, errors.New("document: unknown field operation")
 	}
 	st.reset()
 	return st, nil
