@@ -148,86 +148,33 @@ func (h *Handler) authorized(r *http.Request) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(tok), h.auth) == 1
 }
 
-// writeError maps an error to the error model.
+// writeError renders an error in the error model: the API's own errors
+// and the body limit here, everything else as document.Classify says.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		ae  *Error
-		ce  *change.Error
 		mbe *http.MaxBytesError
-		se  *document.StoreError
-		re  *buffer.ReplicationError
 	)
 	switch {
 	case errors.As(err, &ae):
-	case errors.As(err, &ce):
-		ae = apiError(http.StatusBadRequest, "invalid_argument", ce.Msg)
 	case errors.As(err, &mbe):
 		ae = apiError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the limit of %d bytes", mbe.Limit))
-	case errors.Is(err, document.ErrUnknownCollection):
-		ae = apiError(http.StatusNotFound, "not_found", fmt.Sprintf("unknown collection %q", r.PathValue("collection")))
-	case errors.Is(err, document.ErrNotFound):
-		ae = apiError(http.StatusNotFound, "not_found", "document not found")
-	case errors.Is(err, document.ErrConflict):
-		w.Header().Set("Retry-After", "1")
-		ae = apiError(http.StatusConflict, "aborted", "too many concurrent writes to the document; retry with backoff")
-	case errors.As(err, &se) && store.IsPermanent(se.Err):
-		h.log.Warn("the store rejected a change", "method", r.Method, "path", r.URL.Path, "err", se.Err)
-		ae = apiError(http.StatusBadRequest, "invalid_argument", "the store rejected the change ("+storeReason(se.Err)+")")
-	case errors.As(err, &se) && se.Buffered > 0:
-		h.log.Warn("store unavailable for a synchronous write", "method", r.Method, "path", r.URL.Path, "err", se.Err)
-		ae = apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("the store is unavailable, but the change is buffered as seq %d and will be applied when it recovers, so do not retry it", se.Buffered))
-	case errors.As(err, &se):
-		h.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", se.Err)
-		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry with backoff")
-	case errors.As(err, &re):
-		ae = apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("the write reached only %d of the %d required Redis replicas in time, so it is not acknowledged (it may still be applied)", re.Got, re.Want))
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the request timed out or was cancelled")
 	default:
-		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		ae = apiError(http.StatusServiceUnavailable, "unavailable", "the cache or store is unavailable: "+oneLine(err.Error()))
+		f := document.Classify(err)
+		switch {
+		case f.Internal:
+			h.log.Error(f.Log, "method", r.Method, "path", r.URL.Path, "err", err)
+		case f.Log != "":
+			h.log.Warn(f.Log, "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		if f.Conflict {
+			w.Header().Set("Retry-After", "1")
+		}
+		ae = apiError(f.Status, f.Code, f.Msg)
 	}
 	var body client.ErrorBody
 	body.Error.Code, body.Error.Message = ae.Code, ae.Msg
 	writeJSON(w, ae.Status, body)
-}
-
-// storeReason is a short, data-free description of a store's rejection:
-// the database's error class (SQLSTATE or MySQL error number) and its kind,
-// without the message, which can quote other rows' values. The full error
-// is logged.
-func storeReason(err error) string {
-	msg := err.Error()
-	for _, p := range []struct{ needle, reason string }{
-		{"SQLSTATE 23", "a constraint was violated"},
-		{"SQLSTATE 22", "a value does not fit its column"},
-		{"Error 1062", "a unique constraint was violated"},
-		{"Error 4025", "a check constraint was violated"},
-		{"Error 3819", "a check constraint was violated"},
-		{"Error 1048", "a NOT NULL column got null"},
-		{"Error 1406", "a value is too long for its column"},
-		{"Error 1264", "a value is out of range for its column"},
-		{"Error 1452", "a foreign key was violated"},
-	} {
-		if strings.Contains(msg, p.needle) {
-			code := p.needle
-			if i := strings.Index(msg, p.needle); i >= 0 {
-				if end := strings.IndexAny(msg[i+len(p.needle):], ") :"); end >= 0 {
-					code = msg[i : i+len(p.needle)+end]
-				}
-			}
-			return p.reason + ", " + code
-		}
-	}
-	return "see the sidecar's log"
-}
-
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -525,21 +472,33 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// actDead replays or drops the dead letters a request selects.
-func (h *Handler) actDead(w http.ResponseWriter, r *http.Request) error {
-	action := r.PathValue("action")
+// deadAction reads a dead-letter action request — the path's action,
+// replay or drop, and a JSON body selecting what it acts on — into sel,
+// which valid checks; usage is the 400's advice.
+func deadAction(r *http.Request, sel any, valid func() bool, usage string) (action string, err error) {
+	action = r.PathValue("action")
 	if action != "replay" && action != "drop" {
-		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use replay or drop")
+		return "", apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use replay or drop")
 	}
 	body, err := readBody(r)
 	if err != nil {
-		return err
+		return "", err
 	}
-	var sel client.DeadLetterAction
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sel); err != nil || (!sel.All && (sel.Collection == "" || sel.ID == "" || sel.Seq <= 0)) {
-		return apiError(http.StatusBadRequest, "invalid_argument", `select dead letters with {"collection":…,"id":…,"seq":…} or {"all":true}`)
+	if err := dec.Decode(sel); err != nil || !valid() {
+		return "", apiError(http.StatusBadRequest, "invalid_argument", usage)
+	}
+	return action, nil
+}
+
+// actDead replays or drops the dead letters a request selects.
+func (h *Handler) actDead(w http.ResponseWriter, r *http.Request) error {
+	var sel client.DeadLetterAction
+	action, err := deadAction(r, &sel, func() bool { return sel.All || sel.Collection != "" && sel.ID != "" && sel.Seq > 0 },
+		`select dead letters with {"collection":…,"id":…,"seq":…} or {"all":true}`)
+	if err != nil {
+		return err
 	}
 	dls, err := h.buf.DeadLetters(r.Context(), 1<<20)
 	if err != nil {
@@ -581,12 +540,12 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ready := true
 	out := map[string]string{"redis": "ok"}
 	if err := h.rdb.Ping(ctx).Err(); err != nil {
-		out["redis"] = oneLine(err.Error())
+		out["redis"] = document.OneLine(err.Error())
 		ready = false
 	}
 	for name, st := range h.opt.Stores {
 		if err := st.Ping(ctx); err != nil {
-			out["store "+name] = oneLine(err.Error())
+			out["store "+name] = document.OneLine(err.Error())
 			h.m.StoreUp.WithLabelValues(name).Set(0)
 			ready = false
 			continue

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/writeback/writeback/internal/bgt"
+	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
@@ -108,7 +109,7 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body is not valid: "+oneLine(err.Error())+`; send {"queue":…,"statements":[{"sql":…,"args":[…]}],"cache":[…],"affects":[…]}`)
+			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body is not valid: "+document.OneLine(err.Error())+`; send {"queue":…,"statements":[{"sql":…,"args":[…]}],"cache":[…],"affects":[…]}`)
 		}
 		if dec.More() {
 			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body holds more than one JSON value")
@@ -151,7 +152,7 @@ func (sh *sessionHandler) notApplied(r *http.Request, ne *session.NotAppliedErro
 	case errors.Is(ne.Err, context.DeadlineExceeded), errors.Is(ne.Err, context.Canceled):
 		why = "the request timed out or was cancelled"
 	case store.IsPermanent(ne.Err):
-		why = "the store rejected a session (" + storeReason(ne.Err) + ")"
+		why = "the store rejected a session (" + document.StoreReason(ne.Err) + ")"
 	}
 	return apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
 		"the session is committed in queue %s as seq %d but not yet applied to the store, because %s; the appliers will apply it, so do not commit it again", ne.Queue, ne.Seq, why))
@@ -228,19 +229,11 @@ func (sh *sessionHandler) listDead(w http.ResponseWriter, r *http.Request) error
 
 // actDead replays or drops the dead sessions of the selected queues.
 func (sh *sessionHandler) actDead(w http.ResponseWriter, r *http.Request) error {
-	action := r.PathValue("action")
-	if action != "replay" && action != "drop" {
-		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+"; use replay or drop")
-	}
-	body, err := readBody(r)
+	var sel client.QueueAction
+	action, err := deadAction(r, &sel, func() bool { return sel.All != (sel.Queue != "") },
+		`select stopped queues with {"queue":"bank/3"} or {"all":true}`)
 	if err != nil {
 		return err
-	}
-	var sel client.QueueAction
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sel); err != nil || (sel.All == (sel.Queue != "")) {
-		return apiError(http.StatusBadRequest, "invalid_argument", `select stopped queues with {"queue":"bank/3"} or {"all":true}`)
 	}
 	queues := []string{sel.Queue}
 	if sel.All {

@@ -84,14 +84,24 @@ func runDeadList(ctx context.Context, opts *deadLettersOptions) error {
 	if err != nil {
 		return describe(opts.addr, "dead letters", err)
 	}
-	if len(dls) == 0 {
-		fmt.Fprintln(opts.out, "no dead letters")
-		return nil
+	rows := make([]string, len(dls))
+	for i, d := range dls {
+		rows[i] = fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", d.Collection, d.ID, d.Seq, d.At.Format(time.RFC3339), d.Error, d.Change)
 	}
-	tw := tabwriter.NewWriter(opts.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COLLECTION\tID\tSEQ\tAT\tERROR\tCHANGE")
-	for _, d := range dls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.Collection, d.ID, d.Seq, d.At.Format(time.RFC3339), d.Error, d.Change)
+	return printTable(opts.out, "no dead letters", "COLLECTION\tID\tSEQ\tAT\tERROR\tCHANGE", rows)
+}
+
+// printTable prints tab-separated rows under header as aligned columns, or
+// empty when there are none.
+func printTable(out io.Writer, empty, header string, rows []string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(out, empty)
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
 	}
 	return tw.Flush()
 }

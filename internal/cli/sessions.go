@@ -158,16 +158,11 @@ func runSessionsDeadList(ctx context.Context, opts *sessionsOptions) error {
 	if err != nil {
 		return describe(opts.addr, "session dead letters", err)
 	}
-	if len(dls) == 0 {
-		fmt.Fprintln(opts.out, "no stopped queues")
-		return nil
+	rows := make([]string, len(dls))
+	for i, d := range dls {
+		rows[i] = fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", d.Queue, d.Session, d.Seq, d.At.Format(time.RFC3339), d.Error, d.Statements)
 	}
-	tw := tabwriter.NewWriter(opts.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tSESSION\tSEQ\tAT\tERROR\tSTATEMENTS")
-	for _, d := range dls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.Queue, d.Session, d.Seq, d.At.Format(time.RFC3339), d.Error, d.Statements)
-	}
-	return tw.Flush()
+	return printTable(opts.out, "no stopped queues", "QUEUE\tSESSION\tSEQ\tAT\tERROR\tSTATEMENTS", rows)
 }
 
 func runSessionsDeadAction(ctx context.Context, opts *sessionsOptions, action string) error {

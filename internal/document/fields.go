@@ -1,104 +1,21 @@
 package document
 
-// Field-level reads and writes, for the Redis-protocol front door
-// (internal/resp): a document is a hash whose fields are its columns. The
-// writes answer what Redis's hash commands answer — how many fields HSET
-// added, HDEL removed or DEL deleted, HINCRBY's new value — exactly and
-// atomically with the write (buffer.WriteOptions.Count), and the reads and
-// the first attempt of the writes of a whole pipeline go to Redis in one
-// round trip each.
+// Field-level writes, for the Redis-protocol front door (internal/resp): a
+// document is a hash whose fields are its columns. The writes answer what
+// Redis's hash commands answer — how many fields HSET added, HDEL removed
+// or DEL deleted, HINCRBY's new value — exactly and atomically with the
+// write (buffer.WriteOptions.Count), and the first attempts of the writes
+// of a whole pipeline go to Redis in one round trip.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"sync"
 
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
 )
-
-// ErrOverflow is an increment that would overflow an integer column or make
-// a float column infinite. Nothing was buffered.
-var ErrOverflow = errors.New("document: increment or decrement would overflow")
-
-// Ref names a document of a collection by its canonical id.
-type Ref struct {
-	Coll *Collection
-	ID   string
-}
-
-// Ref resolves a collection name and an id, as every Service method does.
-func (s *Service) Ref(coll, id string) (Ref, error) {
-	c, cid, err := s.resolve(coll, id)
-	if err != nil {
-		return Ref{}, err
-	}
-	return Ref{Coll: c, ID: cid}, nil
-}
-
-// Hash is a document as its cache entry holds it: field → the canonical
-// JSON text of its value (a null column holds "null").
-type Hash map[string]string
-
-// hashOf is the Hash of a document.
-func hashOf(d change.Doc) Hash {
-	if d == nil {
-		return nil
-	}
-	h := make(Hash, len(d))
-	for f, v := range d {
-		h[f] = string(v)
-	}
-	return h
-}
-
-// GetMany reads documents as Get does, their cache entries in one round
-// trip, and hands them over as the cache holds them (no copy on a hit).
-// done is called exactly once per ref, with ErrNotFound for a missing
-// document: for hits before GetMany returns, for misses — each read through
-// the store concurrently — possibly after, from other goroutines.
-func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc Hash, err error)) {
-	drefs := make([]buffer.DocRef, len(refs))
-	for i, r := range refs {
-		drefs[i] = s.buf.Ref(r.Coll.Name, r.ID)
-	}
-	hashes, err := s.buf.Peek(ctx, drefs)
-	if err != nil {
-		for i := range refs {
-			done(i, nil, err)
-		}
-		return
-	}
-	var (
-		hitColl *Collection // hits are counted per run of one collection
-		hits    int
-	)
-	countHits := func() {
-		if hits > 0 {
-			s.m.CacheHits.WithLabelValues(hitColl.Name).Add(float64(hits))
-		}
-	}
-	defer countHits()
-	for i, h := range hashes {
-		if h != nil {
-			if c := refs[i].Coll; c != hitColl {
-				countHits()
-				hitColl, hits = c, 0
-			}
-			hits++
-			done(i, h, nil)
-			continue
-		}
-		// A miss: the whole read path, which looks at the entry again
-		// (it may have been filled meanwhile) under an I lease.
-		go func() {
-			doc, err := s.get(ctx, refs[i].Coll, refs[i].ID)
-			done(i, hashOf(doc), err)
-		}()
-	}
-}
 
 // FieldOp is what a field write does.
 type FieldOp int
@@ -159,7 +76,7 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done func(i 
 			done(i, FieldResult{}, err)
 			continue
 		}
-		if st.c.Policy == WriteBack && s.fallback.Load() {
+		if s.fallingBack(st.c) {
 			// Writing through, it goes to the store first (applyFirst),
 			// not to Redis with the others.
 			go func() {
@@ -209,6 +126,7 @@ func (s *Service) WriteField(ctx context.Context, w FieldWrite) (FieldResult, er
 // delete) of an existing document and becomes a create when the document
 // turns out not to exist, and back again if someone else creates it first.
 type fieldState struct {
+	s      *Service
 	w      *FieldWrite
 	c      *Collection
 	id     string
@@ -226,7 +144,7 @@ func (s *Service) newFieldState(w *FieldWrite) (*fieldState, error) {
 	if c == nil {
 		return nil, ErrUnknownCollection
 	}
-	st := &fieldState{w: w, c: c, id: id}
+	st := &fieldState{s: s, w: w, c: c, id: id}
 	schema := c.Table.Schema
 	switch w.Op {
 	case SetFields:
@@ -266,7 +184,7 @@ func (s *Service) newFieldState(w *FieldWrite) (*fieldState, error) {
 	default:
 		return nil, errors.New("document: unknown field operation")
 	}
-	st.reset()
+	st.restart()
 	return st, nil
 }
 
@@ -282,7 +200,7 @@ func writable(s *change.Schema, f string) error {
 }
 
 // reset starts the next attempt afresh: a new I-lease token, no base.
-func (st *fieldState) reset() {
+func (st *fieldState) restart() {
 	st.o = buffer.WriteOptions{TTL: st.c.ttl(), Invalidate: st.c.Policy == WriteAround, Token: buffer.NewToken(), Count: !st.create, IfAbsent: st.create}
 }
 
@@ -331,97 +249,66 @@ func (st *fieldState) request() buffer.WriteRequest {
 	return buffer.WriteRequest{Coll: st.c.Name, ID: st.id, Change: ch, Schema: st.c.Table.Schema, Options: st.o}
 }
 
-// runField drives a field write to its end, starting from the answer to its
-// first attempt when first is not nil; without one it takes the fallback's
-// first step (applyFirst).
-//
-// The interleavings it handles: a document that is neither cached nor
-// pending needs its store row (NeedBase), read under the I lease the first
-// attempt took, which a concurrent write voids (Voided: start over). A
-// counting patch of a document that is pending but not cached reads it
-// through first (NeedCache), and the entry it installs may be evicted or
-// voided before the write comes back: then it goes round again. A patch of
-// a missing document becomes a create, which only creates (IfAbsent): if
-// another client created the document in between, it becomes a patch again.
+func (st *fieldState) ref() Ref { return Ref{Coll: st.c, ID: st.id} }
+
+func (st *fieldState) setBase(row change.Doc) { st.o.HaveBase, st.o.Base = true, row }
+
+// decide is what the answers other than Buffered, NeedBase and Voided mean
+// for a field write. A patch of a missing document becomes a create, which
+// only creates (IfAbsent): if another client created the document in
+// between (Exists), it becomes a patch again. A counting patch of a
+// document that is pending but not cached reads it through first
+// (NeedCache), and the entry it installs may be evicted or voided before
+// the write comes back: then it goes round again.
+func (st *fieldState) decide(ctx context.Context, out buffer.Outcome) (next, error) {
+	switch out {
+	case buffer.NotFound:
+		if st.w.Op == UnsetFields || st.w.Op == DeleteDoc {
+			return stop, nil // nothing to unset or delete
+		}
+		if err := st.toCreate(); err != nil {
+			return stop, err
+		}
+		return again, nil
+	case buffer.Exists:
+		st.create = false
+		return restart, nil
+	case buffer.NeedCache:
+		_, err := st.s.get(ctx, st.c, st.id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// Deleted by a buffered write since the attempt.
+			if st.w.Op == UnsetFields {
+				return stop, nil
+			}
+			if err := st.toCreate(); err != nil {
+				return stop, err
+			}
+			return again, nil
+		case err != nil:
+			return stop, err
+		}
+		return restart, nil
+	case buffer.Overflow:
+		return stop, ErrOverflow
+	}
+	return stop, errors.New("document: unexpected answer of the write script")
+}
+
+// runField drives a field write to its end (drive), starting from the
+// answer to its first attempt when first is not nil; without one it takes
+// the fallback's first step (applyFirst).
 func (s *Service) runField(ctx context.Context, st *fieldState, first *buffer.WriteResult) (FieldResult, error) {
 	if first == nil {
-		if err := s.applyFirst(ctx, st); err != nil {
+		if err := s.applyFirst(ctx, st.ref()); err != nil {
 			return FieldResult{}, err
 		}
 	}
-	restarts := 0
-	for step := 0; step < 4*maxVoided; step++ {
-		var r buffer.WriteResult
-		if first != nil {
-			r, first = *first, nil
-		} else {
-			req := st.request()
-			var err error
-			if r, err = s.buf.WriteCounted(ctx, req.Coll, req.ID, req.Change, req.Schema, req.Options); err != nil {
-				return FieldResult{}, err
-			}
-		}
-		switch r.Outcome {
-		case buffer.Buffered:
-			return s.fieldDone(ctx, st, r)
-		case buffer.NeedBase:
-			row, _, err := st.c.Store.Read(ctx, st.c.Table, st.c.Name, st.id)
-			if err != nil {
-				return FieldResult{}, &StoreError{Err: err}
-			}
-			st.o.HaveBase, st.o.Base = true, row
-			continue
-		case buffer.NotFound:
-			switch st.w.Op {
-			case UnsetFields, DeleteDoc:
-				return FieldResult{}, nil
-			}
-			if err := st.toCreate(); err != nil {
-				return FieldResult{}, err
-			}
-			continue
-		case buffer.Exists:
-			st.create = false
-		case buffer.NeedCache:
-			if _, err := s.get(ctx, st.c, st.id); errors.Is(err, ErrNotFound) {
-				// Deleted by a buffered write since the attempt.
-				if st.w.Op == UnsetFields {
-					return FieldResult{}, nil
-				}
-				if err := st.toCreate(); err != nil {
-					return FieldResult{}, err
-				}
-				continue
-			} else if err != nil {
-				return FieldResult{}, err
-			}
-		case buffer.Voided:
-			s.m.LeaseConflicts.WithLabelValues("i").Inc()
-		case buffer.Overflow:
-			return FieldResult{}, ErrOverflow
-		}
-		if restarts++; restarts >= maxVoided {
-			break
-		}
-		st.reset()
+	r, err := s.drive(ctx, st, first)
+	if err != nil || r.Outcome != buffer.Buffered {
+		return FieldResult{}, err
 	}
-	return FieldResult{}, ErrConflict
-}
-
-// applyFirst is what the HTTP API's writes do first (Service.write) while
-// pinned memory is over its limit and write-back collections write
-// through: a write to a write-back collection applies the document's
-// pending changes to the store before its own (which acknowledge then
-// applies), so that they reach the store in order, and it is refused —
-// before anything is buffered — when the store cannot take them.
-func (s *Service) applyFirst(ctx context.Context, st *fieldState) error {
-	if st.c.Policy != WriteBack || !s.fallback.Load() {
-		return nil
-	}
-	if err := s.app.ApplyDoc(ctx, st.c.Name, st.id, math.MaxInt64); err != nil {
-		return &StoreError{Err: err}
-	}
-	return nil
+	return s.fieldDone(ctx, st, r)
 }
 
 // toCreate turns the write into a create of the document.
@@ -430,13 +317,13 @@ func (st *fieldState) toCreate() error {
 		return err
 	}
 	st.create = true
-	st.reset()
+	st.restart()
 	return nil
 }
 
 // fieldDone acknowledges a buffered field write and computes its result.
 func (s *Service) fieldDone(ctx context.Context, st *fieldState, r buffer.WriteResult) (FieldResult, error) {
-	if _, err := s.acknowledge(ctx, st.c, st.id, r.Seq); err != nil {
+	if _, err := s.acknowledge(ctx, st.ref(), r.Seq); err != nil {
 		return FieldResult{}, err
 	}
 	var res FieldResult

@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,9 +8,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
-	"github.com/writeback/writeback/internal/store"
 )
 
 // Replies are encoded with redcon's Append functions, which speak RESP2;
@@ -88,7 +85,6 @@ var (
 	errFloatInf    = &respError{msg: "ERR increment would produce NaN or Infinity", code: 400}
 	errSyntax      = &respError{msg: "ERR syntax error", code: 400}
 	errConflict    = &respError{msg: "TRYAGAIN too many concurrent writes to the document; retry with backoff", code: 409}
-	errTimeout     = &respError{msg: "ERR the command timed out or was cancelled", code: 503}
 	errShuttingOff = &respError{msg: "ERR the sidecar is shutting down", code: 503}
 )
 
@@ -113,39 +109,23 @@ func errUnknownSubcommand(sub []byte, cmd string) *respError {
 	return errf(400, "ERR unknown subcommand '%.128s'. Try %s HELP.", sub, strings.ToUpper(cmd))
 }
 
-// toRESP maps an error of the document service to its reply.
+// toRESP renders an error of the document service as document.Classify
+// says, as Redis words errors: TRYAGAIN for a conflict (nothing was
+// buffered: a client may retry), ERR otherwise.
 func (s *Server) toRESP(err error) *respError {
-	var (
-		re *respError
-		ce *change.Error
-		se *document.StoreError
-	)
-	switch {
-	case errors.As(err, &re):
+	var re *respError
+	if errors.As(err, &re) {
 		return re
-	case errors.As(err, &ce):
-		return errf(400, "ERR %s", ce.Msg)
-	case errors.Is(err, document.ErrUnknownCollection):
-		return errf(404, "ERR %s", strings.TrimPrefix(err.Error(), "document: "))
-	case errors.Is(err, document.ErrConflict):
+	}
+	f := document.Classify(err)
+	switch {
+	case f.Internal:
+		s.log.Error("command failed", "err", err)
+	case f.Log != "":
+		s.log.Warn(f.Log, "err", err)
+	}
+	if f.Conflict {
 		return errConflict
-	case errors.Is(err, document.ErrOverflow):
-		return errOverflow
-	case errors.As(err, &se) && store.IsPermanent(se.Err):
-		return errf(400, "ERR the store rejected the change: %s", oneLine(se.Err.Error()))
-	case errors.As(err, &se):
-		return errf(503, "ERR the store is unavailable: %s", oneLine(se.Err.Error()))
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return errTimeout
 	}
-	s.log.Error("command failed", "err", err)
-	return errf(503, "ERR the cache or store is unavailable: %s", oneLine(err.Error()))
-}
-
-func oneLine(s string) string {
-	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
+	return &respError{msg: "ERR " + f.Msg, code: f.Status}
 }

@@ -1,0 +1,157 @@
+package document
+
+// The read path: a hit returns the cache entry; a miss takes an I lease in
+// the same step as it reads the buffered write, merges it onto the store
+// row, and installs the result only if no write voided the lease since.
+
+import (
+	"context"
+	"errors"
+
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/change"
+)
+
+// Get returns the latest acknowledged value of a document, hit or miss.
+func (s *Service) Get(ctx context.Context, coll, id string) (change.Doc, error) {
+	r, err := s.Ref(coll, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.get(ctx, r.Coll, r.ID)
+}
+
+func (s *Service) get(ctx context.Context, c *Collection, id string) (change.Doc, error) {
+	tok := buffer.NewToken()
+	r, err := s.buf.Read(ctx, c.Name, id, tok)
+	if err != nil {
+		return nil, err
+	}
+	if r.Hit {
+		s.m.CacheHits.WithLabelValues(c.Name).Inc()
+		return r.Doc, nil
+	}
+	s.m.CacheMisses.WithLabelValues(c.Name).Inc()
+	doc, err := s.merge(ctx, c, id, r.Pending)
+	if err != nil {
+		_, _ = s.buf.Fill(ctx, c.Name, id, tok, nil, 0)
+		return nil, err
+	}
+	// Installs doc only if no write voided the lease since the miss.
+	if _, err := s.buf.Fill(ctx, c.Name, id, tok, doc, c.ttl()); err != nil {
+		return nil, err
+	}
+	if doc == nil {
+		return nil, ErrNotFound
+	}
+	return doc, nil
+}
+
+// merge computes a document's value from its buffered write, read at the
+// miss, and, when needed, its store row.
+//
+// The buffered write was read before the row. Changes trimmed between the
+// two reads were applied first, so the row contains them; changes still in
+// our snapshot may or may not be in the row — the applied seq, read in the
+// same snapshot as the row, tells which: exactly those with a greater seq
+// are not. A change buffered after our snapshot is concurrent with this
+// read and voided our I lease, so the value is returned but not cached.
+func (s *Service) merge(ctx context.Context, c *Collection, id string, pending []change.Change) (change.Doc, error) {
+	// After a Put or Delete the store row does not matter.
+	var row change.Doc
+	i := -1
+	for k := len(pending) - 1; k >= 0; k-- {
+		if pending[k].Kind != change.Patch {
+			i = k
+			break
+		}
+	}
+	if i < 0 {
+		var applied int64
+		var err error
+		if row, applied, err = c.Store.Read(ctx, c.Table, c.Name, id); err != nil {
+			return nil, err
+		}
+		i = 0
+		for i < len(pending) && pending[i].Seq <= applied {
+			i++
+		}
+	}
+	doc := row
+	for _, ch := range pending[i:] {
+		next, err := change.Apply(doc, ch)
+		var te *change.TypeError
+		switch {
+		case errors.As(err, &te):
+			continue // the store will reject it too: a dead letter, not part of the value
+		case errors.Is(err, change.ErrNotFound):
+			return nil, nil // the row was deleted behind the cache
+		case err != nil:
+			return nil, err
+		}
+		doc = next
+	}
+	return doc, nil
+}
+
+// Hash is a document as its cache entry holds it: field → the canonical
+// JSON text of its value (a null column holds "null").
+type Hash map[string]string
+
+// hashOf is the Hash of a document.
+func hashOf(d change.Doc) Hash {
+	if d == nil {
+		return nil
+	}
+	h := make(Hash, len(d))
+	for f, v := range d {
+		h[f] = string(v)
+	}
+	return h
+}
+
+// GetMany reads documents as Get does, their cache entries in one round
+// trip, and hands them over as the cache holds them (no copy on a hit).
+// done is called exactly once per ref, with ErrNotFound for a missing
+// document: for hits before GetMany returns, for misses — each read through
+// the store concurrently — possibly after, from other goroutines.
+func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc Hash, err error)) {
+	drefs := make([]buffer.DocRef, len(refs))
+	for i, r := range refs {
+		drefs[i] = s.buf.Ref(r.Coll.Name, r.ID)
+	}
+	hashes, err := s.buf.Peek(ctx, drefs)
+	if err != nil {
+		for i := range refs {
+			done(i, nil, err)
+		}
+		return
+	}
+	var (
+		hitColl *Collection // hits are counted per run of one collection
+		hits    int
+	)
+	countHits := func() {
+		if hits > 0 {
+			s.m.CacheHits.WithLabelValues(hitColl.Name).Add(float64(hits))
+		}
+	}
+	defer countHits()
+	for i, h := range hashes {
+		if h != nil {
+			if c := refs[i].Coll; c != hitColl {
+				countHits()
+				hitColl, hits = c, 0
+			}
+			hits++
+			done(i, h, nil)
+			continue
+		}
+		// A miss: the whole read path, which looks at the entry again
+		// (it may have been filled meanwhile) under an I lease.
+		go func() {
+			doc, err := s.get(ctx, refs[i].Coll, refs[i].ID)
+			done(i, hashOf(doc), err)
+		}()
+	}
+}
