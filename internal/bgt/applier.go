@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/fault"
+	"github.com/writeback/writeback/internal/jitter"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
 )
@@ -394,17 +394,9 @@ func (a *Applier) roundSize(div int) (docs, perDoc int) {
 // enough not to hammer one that is down.
 const MaxBackoff = 8 * time.Second
 
-// Backoff is the delay before retry number n (1-based): base doubling up to
-// MaxBackoff, with ±25 % jitter so that sidecars do not retry in lockstep.
-func Backoff(base time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, MaxBackoff)
-	j := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
-	return d + j
-}
+// Backoff is the delay before retry number n (1-based) of a failing store:
+// base doubling up to MaxBackoff (jitter.Backoff).
+func Backoff(base time.Duration, n int) time.Duration { return jitter.Backoff(base, MaxBackoff, n) }
 
 // Pick chooses up to limit documents from the pending lists of several
 // partitions, round-robin so that no partition starves the others.

@@ -112,7 +112,7 @@ end
 // HSET), plus ZADD when it makes the document pending; each group adds GET
 // and INCRBY of its sequence, one DEL of the I leases its writes void, and
 // the counters.
-var writeScript = redis.NewScript(luaEntry + `
+var writeScript = redis.NewScript(luaReplies + luaEntry + `
 local lease = ARGV[1]
 -- The writes of a call are buffered at one time, read once.
 local ms = tostring(now_ms())
@@ -202,9 +202,9 @@ local function write(pending, seqk, ck, bw, il, a, z)
     elseif ARGV[a + 4] == '-' then
       redis.call('HSET', il, token, 1)
       redis.call('PEXPIRE', il, lease)
-      return {0}
+      return {NEED_BASE}
     elseif redis.call('HEXISTS', il, token) == 0 then
-      return {-2}
+      return {VOIDED}
     else
       redis.call('HDEL', il, token)
       exists = nbase > 0
@@ -216,14 +216,14 @@ local function write(pending, seqk, ck, bw, il, a, z)
       end
     end
     if not exists then
-      if kind ~= 'P' then return {-1} end
+      if kind ~= 'P' then return {NOT_FOUND} end
     elseif ifabsent then
-      return {-3}
+      return {EXISTS}
     elseif counting and kind == 'U' and not cached then
-      return {-4}
+      return {NEED_CACHE}
     end
   elseif ifabsent and cached then
-    return {-3}
+    return {EXISTS}
   end
   -- Counting: look at the entry before the write, and refuse what Redis
   -- would refuse before anything is buffered.
@@ -253,13 +253,13 @@ local function write(pending, seqk, ck, bw, il, a, z)
             redis.call('HSET', ck, f, v)
           else
             local r = redis.pcall('HINCRBY', ck, f, v)
-            if type(r) == 'table' and r.err then return {-5} end
+            if type(r) == 'table' and r.err then return {OVERFLOW} end
           end
           -- Read back as a string: Lua numbers are doubles.
           value = redis.call('HGET', ck, f)
         elseif was then
           local sum = tonumber(cur) + tonumber(v)
-          if sum ~= sum or sum == math.huge or sum == -math.huge then return {-5} end
+          if sum ~= sum or sum == math.huge or sum == -math.huge then return {OVERFLOW} end
           value = cur
         end
       end
@@ -366,14 +366,14 @@ while k < #KEYS do
   changes, bytes, docs = 0, 0, 0
   for w = 1, nw do
     local n = tonumber(ARGV[a])
-    local ok, r = true, {-6}
+    local ok, r = true, {LOST_SEQ}
     if seqok then
       -- A command Redis refuses fails this write only, as it would fail
       -- its own call: the writes before it are buffered, and reported so.
       ok, r = pcall(write, pending, seqk, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], a + 1, a + n)
       if not ok then
         if type(r) == 'table' then r = r.err end
-        r = {-7, tostring(r)}
+        r = {REFUSED, tostring(r)}
       end
     end
     out[#out + 1] = r

@@ -12,12 +12,12 @@ package document
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/jitter"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
 )
@@ -40,7 +40,7 @@ const (
 type Collection struct {
 	Name      string
 	Policy    Policy
-	TTL       time.Duration // cache entry lifetime (jittered ±10 %)
+	TTL       time.Duration // cache entry lifetime (jitter.TTL: ±10 %)
 	StoreName string
 	Store     store.Store
 	Table     *store.Table
@@ -48,10 +48,7 @@ type Collection struct {
 
 // ttl is a cache entry's lifetime: TTL ±10 %, so that entries filled
 // together do not expire together.
-func (c *Collection) ttl() time.Duration {
-	j := time.Duration(rand.Int64N(int64(c.TTL)/5+1)) - c.TTL/10
-	return c.TTL + j
-}
+func (c *Collection) ttl() time.Duration { return jitter.TTL(c.TTL) }
 
 // Service reads and writes documents.
 type Service struct {

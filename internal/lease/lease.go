@@ -12,9 +12,10 @@
 package lease
 
 import (
-	"math/rand/v2"
 	"sort"
 	"time"
+
+	"github.com/writeback/writeback/internal/jitter"
 )
 
 // Mode is the kind of a lease.
@@ -209,14 +210,7 @@ func SortKeys(keys []string) []string {
 	return out[:n]
 }
 
-// Backoff is the pause before retry number n (1-based) of a refused lease:
-// base doubling up to limit, with full jitter (a random fraction of it), so
-// that sessions that collided do not collide again in lockstep.
-func Backoff(base, limit time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
+// Backoff is the pause before retry number n (1-based) of a refused lease
+// (jitter.Backoff), so that sessions that collided do not collide again in
+// lockstep.
+func Backoff(base, limit time.Duration, n int) time.Duration { return jitter.Backoff(base, limit, n) }

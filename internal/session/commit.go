@@ -14,6 +14,7 @@ import (
 
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/fault"
+	"github.com/writeback/writeback/internal/jitter"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
@@ -362,7 +363,7 @@ func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, read map
 				r = "1"
 			}
 			expected, next := w.compute(cur[i])
-			args = append(args, r, expected, next, jitter(w.ttl).Milliseconds())
+			args = append(args, r, expected, next, jitter.TTL(w.ttl).Milliseconds())
 		}
 		v, err := s.runWrite(ctx, commitScript, keys, args)
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/jitter"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/sqlcheck"
@@ -285,7 +286,7 @@ func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, to
 		if val != nil {
 			text = string(val)
 		}
-		if err := fillScript.Run(ctx, s.rdb, lk, tok, text, jitter(mappings.TTL(r.mapping)).Milliseconds()).Err(); err != nil {
+		if err := fillScript.Run(ctx, s.rdb, lk, tok, text, jitter.TTL(mappings.TTL(r.mapping)).Milliseconds()).Err(); err != nil {
 			return nil, fmt.Errorf("session: fill: %w", err)
 		}
 	}
@@ -301,11 +302,6 @@ func compactJSON(v json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	return json.RawMessage(b.Bytes()), nil
-}
-
-// jitter spreads entries' expiry ±10 %.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -1,0 +1,193 @@
+package buffer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/writeback/writeback/internal/change"
+)
+
+// PendingDocs returns, for each of parts, up to limit of its pending
+// documents, the longest pending first, in one round trip.
+func (b *Buffer) PendingDocs(ctx context.Context, parts []int, limit int) ([][]string, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.ZRange(ctx, b.pendingKey(p), 0, int64(limit-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: pending: %w", err)
+	}
+	out := make([][]string, len(parts))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// DocRef names a document in the pending index: its partition and member.
+type DocRef struct {
+	Part   int
+	Member string
+}
+
+// Ref returns the DocRef of a document.
+func (b *Buffer) Ref(coll, id string) DocRef {
+	return DocRef{Part: b.Partition(coll, id), Member: Member(coll, id)}
+}
+
+// Changes returns the buffered writes of docs, at most max changes each, in
+// one round trip.
+func (b *Buffer) Changes(ctx context.Context, docs []DocRef, max int) ([][]change.Change, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(docs))
+	for i, d := range docs {
+		cmds[i] = pipe.LRange(ctx, b.bwKey(d.Part, d.Member), 0, int64(max-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: changes: %w", err)
+	}
+	out := make([][]change.Change, len(docs))
+	for i, cmd := range cmds {
+		entries := cmd.Val()
+		cs := make([]change.Change, 0, len(entries))
+		for _, e := range entries {
+			c, err := change.Decode(e)
+			if err != nil {
+				return nil, fmt.Errorf("buffer: %s: %w", docs[i].Member, err)
+			}
+			cs = append(cs, c)
+		}
+		out[i] = cs
+	}
+	return out, nil
+}
+
+// Applied names a document and the last seq the store has applied for it.
+type Applied struct {
+	DocRef
+	LastSeq int64
+}
+
+// Trim removes, for each document, the buffered changes up to and including
+// its LastSeq (changes buffered since stay), unpins emptied buffered writes
+// and keeps the counters exact: one script per partition, all in one round
+// trip. It returns how many changes it removed.
+func (b *Buffer) Trim(ctx context.Context, done []Applied) (int64, error) {
+	if len(done) == 0 {
+		return 0, nil
+	}
+	byPart := map[int][]Applied{}
+	for _, d := range done {
+		byPart[d.Part] = append(byPart[d.Part], d)
+	}
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, 0, len(byPart))
+	for part, ds := range byPart {
+		keys := make([]string, 0, 2+len(ds))
+		keys = append(keys, b.pendingKey(part), b.statsKey(part))
+		args := make([]any, 0, 2*len(ds))
+		for _, d := range ds {
+			keys = append(keys, b.bwKey(part, d.Member))
+			args = append(args, d.Member, d.LastSeq)
+		}
+		cmds = append(cmds, trimScript.EvalSha(ctx, pipe, keys, args...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
+		return 0, fmt.Errorf("buffer: trim: %w", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		if isNoScript(c.Err()) {
+			// First use on this server: Run loads the script. Trims are
+			// idempotent, so redoing the ones that ran is harmless.
+			return b.trimSlow(ctx, byPart)
+		}
+		v, _ := c.Int64()
+		n += v
+	}
+	return n, nil
+}
+
+// trimSlow runs the trims one by one with Run, which loads the script.
+func (b *Buffer) trimSlow(ctx context.Context, byPart map[int][]Applied) (int64, error) {
+	var n int64
+	for part, ds := range byPart {
+		keys := []string{b.pendingKey(part), b.statsKey(part)}
+		args := make([]any, 0, 2*len(ds))
+		for _, d := range ds {
+			keys = append(keys, b.bwKey(part, d.Member))
+			args = append(args, d.Member, d.LastSeq)
+		}
+		v, err := trimScript.Run(ctx, b.rdb, keys, args...).Int64()
+		if err != nil {
+			return n, fmt.Errorf("buffer: trim: %w", err)
+		}
+		n += v
+	}
+	return n, nil
+}
+
+// PendingCounts returns the number of pending documents of each of parts.
+func (b *Buffer) PendingCounts(ctx context.Context, parts []int) ([]int64, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.ZCard(ctx, b.pendingKey(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: pending counts: %w", err)
+	}
+	out := make([]int64, len(parts))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// PendingOf returns every pending document of collection coll, over all
+// partitions (the scan path uses it to merge buffered writes into a range).
+func (b *Buffer) PendingOf(ctx context.Context, coll string) ([]string, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, b.parts)
+	for p := range b.parts {
+		cmds[p] = pipe.ZRange(ctx, b.pendingKey(p), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: pending of %s: %w", coll, err)
+	}
+	var ids []string
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			if mc, id := SplitMember(m); mc == coll {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// HasBuffered reports, for each member, whether it has a buffered write.
+func (b *Buffer) HasBuffered(ctx context.Context, members []string) ([]bool, error) {
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(members))
+	for i, m := range members {
+		coll, id := SplitMember(m)
+		cmds[i] = pipe.Exists(ctx, b.bwKey(b.Partition(coll, id), m))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: exists: %w", err)
+	}
+	out := make([]bool, len(members))
+	for i, c := range cmds {
+		out[i] = c.Val() == 1
+	}
+	return out, nil
+}
+
+// RaiseSeq makes partition part's sequence at least min.
+func (b *Buffer) RaiseSeq(ctx context.Context, part int, min int64) error {
+	return raiseSeqScript.Run(ctx, b.rdb, []string{b.seqKey(part)}, min).Err()
+}
