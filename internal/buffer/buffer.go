@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"hash/crc32"
 	mrand "math/rand/v2"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // Buffer is the Redis side of the write-back cache.
@@ -40,59 +40,14 @@ type Buffer struct {
 	ReplicaTimeout time.Duration
 }
 
-// ReplicationError says a write was buffered on the primary but fewer
-// replicas than required confirmed it in time: it is not acknowledged (it
-// may still be applied).
-type ReplicationError struct{ Got, Want int }
-
-func (e *ReplicationError) Error() string {
-	return fmt.Sprintf("buffer: the write reached %d of the %d required Redis replicas in time", e.Got, e.Want)
-}
-
-// runWrite runs one call of writeScript and returns its replies, one per
-// write. When replicas are required and a write was buffered, it waits for
-// them on the same connection — a pipeline is one connection, and WAIT
-// counts the replicas that have that connection's writes — and returns in
-// replErr what WAIT said, which concerns the buffered writes only.
-func (b *Buffer) runWrite(ctx context.Context, wc *writeCall) (replies []any, replErr, err error) {
-	if b.Replicas <= 0 {
-		replies, err = writeScript.Run(ctx, b.rdb, wc.keys, wc.args...).Slice()
-		return replies, nil, err
-	}
-	// WAIT must run on the connection, hence the node, that took the
-	// writes: in a cluster, the primary of the keys' slot.
-	var node redis.Cmdable = b.rdb
-	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, wc.keys[0])
-		if err != nil {
-			return nil, nil, err
-		}
-		node = c
-	}
-	for attempt := 0; ; attempt++ {
-		pipe := node.Pipeline()
-		ev := writeScript.EvalSha(ctx, pipe, wc.keys, wc.args...)
-		wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		v, err := ev.Slice()
-		if isNoScript(err) && attempt == 0 {
-			if err := writeScript.Load(ctx, node).Err(); err != nil {
-				return nil, nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if anyBuffered(v) {
-			replErr = b.checkReplicas(wait)
-		}
-		return v, replErr, nil
-	}
+// durable runs scripts that change pinned state, waiting for Replicas.
+func (b *Buffer) durable() rscript.Durable {
+	return rscript.Durable{Client: b.rdb, Replicas: b.Replicas, Timeout: b.ReplicaTimeout}
 }
 
 // anyBuffered reports whether a call of writeScript buffered a write.
-func anyBuffered(replies []any) bool {
+func anyBuffered(reply any) bool {
+	replies, _ := reply.([]any)
 	for _, r := range replies {
 		if v, _ := r.([]any); len(v) > 0 {
 			if code, _ := v[0].(int64); code > 0 {
@@ -101,17 +56,6 @@ func anyBuffered(replies []any) bool {
 		}
 	}
 	return false
-}
-
-func (b *Buffer) checkReplicas(wait *redis.Cmd) error {
-	n, err := wait.Int64()
-	if err != nil {
-		return fmt.Errorf("buffer: waiting for replicas: %w", err)
-	}
-	if int(n) < b.Replicas {
-		return &ReplicationError{Got: int(n), Want: b.Replicas}
-	}
-	return nil
 }
 
 // New returns a Buffer over rdb whose keys start with prefix and whose
@@ -193,7 +137,3 @@ const (
 	// float infinite; nothing was buffered.
 	Overflow
 )
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // convertScript replaces the head of a buffered write by the converted
@@ -71,7 +72,7 @@ func (b *Buffer) Convert(ctx context.Context, convs []Conversion) (ok []bool, er
 	if len(convs) == 0 {
 		return ok, nil
 	}
-	calls := make([]scriptCall, len(convs))
+	calls := make([]rscript.Call, len(convs))
 	for i, c := range convs {
 		if len(c.Changes) == 0 {
 			return nil, fmt.Errorf("buffer: convert %s: an empty replacement", c.Member)
@@ -81,92 +82,18 @@ func (b *Buffer) Convert(ctx context.Context, convs []Conversion) (ok []bool, er
 		for _, ch := range c.Changes {
 			args = append(args, strconv.FormatInt(ch.Seq, 10)+"|"+string(change.Encode(ch)))
 		}
-		calls[i].keys = []string{b.bwKey(c.Part, c.Member), b.statsKey(c.Part)}
-		calls[i].args = args
+		calls[i] = rscript.Call{Script: convertScript, Keys: []string{b.bwKey(c.Part, c.Member), b.statsKey(c.Part)}, Args: args}
 	}
-	_, cluster := b.rdb.(*redis.ClusterClient)
-	if cluster && b.Replicas > 0 {
-		// One WAIT covers one node's connection: each conversion waits on
-		// its own slot's primary.
-		for i, c := range calls {
-			node, err := b.rdb.(*redis.ClusterClient).MasterForKey(ctx, c.keys[0])
-			if err != nil {
-				return nil, fmt.Errorf("buffer: convert: %w", err)
-			}
-			if ok[i], err = b.convertOn(ctx, node, c); err != nil {
-				return nil, err
-			}
+	replies, errs, repls := b.durable().RunAll(ctx, calls)
+	for i := range calls {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("buffer: convert: %w", errs[i])
 		}
-		return ok, nil
-	}
-	todo := make([]int, len(calls))
-	for i := range todo {
-		todo[i] = i
-	}
-	for attempt := 0; len(todo) > 0; attempt++ {
-		pipe := b.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(todo))
-		for k, i := range todo {
-			cmds[k] = convertScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		if repls[i] != nil {
+			return nil, repls[i]
 		}
-		var wait *redis.Cmd
-		if b.Replicas > 0 {
-			wait = pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		var again []int
-		for k, cmd := range cmds {
-			n, err := cmd.Int64()
-			if isNoScript(err) && attempt == 0 {
-				again = append(again, todo[k]) // did not run: load and redo
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("buffer: convert: %w", err)
-			}
-			ok[todo[k]] = n >= 0
-		}
-		if wait != nil {
-			if err := b.checkReplicas(wait); err != nil {
-				return nil, err
-			}
-		}
-		if len(again) > 0 {
-			if err := convertScript.Load(ctx, b.rdb).Err(); err != nil {
-				return nil, fmt.Errorf("buffer: convert: %w", err)
-			}
-		}
-		todo = again
+		n, _ := replies[i].(int64)
+		ok[i] = n >= 0
 	}
 	return ok, nil
-}
-
-// convertOn runs one conversion on node and waits for its replicas.
-func (b *Buffer) convertOn(ctx context.Context, node *redis.Client, c scriptCall) (bool, error) {
-	for attempt := 0; ; attempt++ {
-		pipe := node.Pipeline()
-		ev := convertScript.EvalSha(ctx, pipe, c.keys, c.args...)
-		wait := pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		if isNoScript(ev.Err()) && attempt == 0 {
-			if err := convertScript.Load(ctx, node).Err(); err != nil {
-				return false, fmt.Errorf("buffer: convert: %w", err)
-			}
-			continue // it did not run: load and redo
-		}
-		n, err := ev.Int64()
-		if err != nil {
-			return false, fmt.Errorf("buffer: convert: %w", err)
-		}
-		if err := b.checkReplicas(wait); err != nil {
-			return false, err
-		}
-		return n >= 0, nil
-	}
-}
-
-// scriptCall is one script invocation's keys and arguments.
-type scriptCall struct {
-	keys []string
-	args []any
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // PendingDocs returns, for each of parts, up to limit of its pending
@@ -95,12 +96,12 @@ func (b *Buffer) Trim(ctx context.Context, done []Applied) (int64, error) {
 		}
 		cmds = append(cmds, trimScript.EvalSha(ctx, pipe, keys, args...))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
+	if _, err := pipe.Exec(ctx); err != nil && !rscript.IsNoScript(err) {
 		return 0, fmt.Errorf("buffer: trim: %w", err)
 	}
 	var n int64
 	for _, c := range cmds {
-		if isNoScript(c.Err()) {
+		if rscript.IsNoScript(c.Err()) {
 			// First use on this server: Run loads the script. Trims are
 			// idempotent, so redoing the ones that ran is harmless.
 			return b.trimSlow(ctx, byPart)

@@ -465,31 +465,3 @@ local min = tonumber(ARGV[1])
 if (not v) or cur < min then redis.call('SET', KEYS[1], math.max(cur, min)) return math.max(cur, min) end
 return cur
 `)
-
-// acquireScript takes or renews the ownership lease of a partition.
-// KEYS: 1 owner key. ARGV: 1 instance id, 2 lifetime ms. Returns 1 if owned.
-var acquireScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
-// releaseScript gives up ownership if still held. KEYS: 1 owner key.
-// ARGV: 1 instance id.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
-// heartbeatScript registers a live sidecar and returns how many are live.
-// KEYS: 1 sidecar registry (zset). ARGV: 1 instance id, 2 lifetime ms.
-var heartbeatScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-return redis.call('ZCARD', KEYS[1])
-`)

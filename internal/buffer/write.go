@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // The write script's answers to one write that buffered nothing: the
@@ -170,38 +171,7 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 		return results, errs
 	}
 	calls := b.writeCalls(reqs)
-	if _, cluster := b.rdb.(*redis.ClusterClient); len(calls) == 1 || cluster && b.Replicas > 0 {
-		// One call needs no pipeline. And one WAIT cannot cover writes
-		// spread over several nodes: each call waits on its own node.
-		for _, wc := range calls {
-			v, replErr, err := b.runWrite(ctx, wc)
-			b.settle(wc, v, replErr, err, results, errs)
-		}
-	} else {
-		pipe := b.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(calls))
-		for i, wc := range calls {
-			cmds[i] = writeScript.EvalSha(ctx, pipe, wc.keys, wc.args...)
-		}
-		var wait *redis.Cmd
-		if b.Replicas > 0 {
-			wait = pipe.Do(ctx, "WAIT", b.Replicas, b.ReplicaTimeout.Milliseconds()) // covers every write above
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		for i, cmd := range cmds {
-			v, err := cmd.Slice()
-			var replErr error
-			switch {
-			case isNoScript(err):
-				// The script was not loaded (first use, or a Redis
-				// restart): these writes did not run. runWrite loads it.
-				v, replErr, err = b.runWrite(ctx, calls[i])
-			case err == nil && wait != nil && anyBuffered(v):
-				replErr = b.checkReplicas(wait)
-			}
-			b.settle(calls[i], v, replErr, err, results, errs)
-		}
-	}
+	b.runWrites(ctx, calls, results, errs)
 	// Writes that found their partition's sequence missing did nothing:
 	// recreate the sequences and run them again, one by one, in order.
 	var lost []int
@@ -220,11 +190,28 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 		return results, errs
 	}
 	for _, i := range lost {
-		wc := b.writeCalls(reqs[i : i+1])[0]
-		v, replErr, err := b.runWrite(ctx, wc)
-		b.settle(wc, v, replErr, err, results[i:i+1], errs[i:i+1])
+		b.runWrites(ctx, b.writeCalls(reqs[i:i+1]), results[i:i+1], errs[i:i+1])
 	}
 	return results, errs
+}
+
+// runWrites runs calls of writeScript (in one round trip on one Redis
+// node, with one WAIT for the replicas when they are required) and
+// settles their writes' results.
+func (b *Buffer) runWrites(ctx context.Context, calls []*writeCall, results []WriteResult, errs []error) {
+	rcalls := make([]rscript.Call, len(calls))
+	for i, wc := range calls {
+		rcalls[i] = rscript.Call{Script: writeScript, Keys: wc.keys, Args: wc.args}
+	}
+	replies, cerrs, repls := b.durable().RunAll(ctx, rcalls)
+	for i, wc := range calls {
+		var replErr error
+		if cerrs[i] == nil && anyBuffered(replies[i]) {
+			replErr = repls[i] // it concerns the buffered writes only
+		}
+		v, _ := replies[i].([]any)
+		b.settle(wc, v, replErr, cerrs[i], results, errs)
+	}
 }
 
 // errLostSeq is a write that found its partition's sequence missing; it

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -59,7 +59,7 @@ func Classify(err error) Failure {
 	var (
 		ce *change.Error
 		se *StoreError
-		re *buffer.ReplicationError
+		re *rscript.ReplicationError
 	)
 	switch {
 	case errors.As(err, &ce):

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -34,7 +34,7 @@ func TestClassify(t *testing.T) {
 		{"store rejection", &StoreError{Err: &store.Error{Permanent: true, Err: errors.New(secret)}}, 400, "invalid_argument", false, "a constraint was violated, SQLSTATE 23505"},
 		{"store down after buffering", &StoreError{Err: errors.New("connection refused"), Buffered: 42}, 503, "unavailable", false, "buffered as seq 42"},
 		{"store down", &StoreError{Err: errors.New("connection refused")}, 503, "unavailable", false, "retry with backoff"},
-		{"replicas", &buffer.ReplicationError{Got: 0, Want: 1}, 503, "unavailable", false, "0 of the 1 required Redis replicas"},
+		{"replicas", &rscript.ReplicationError{Got: 0, Want: 1}, 503, "unavailable", false, "0 of the 1 required Redis replicas"},
 		{"timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), 503, "unavailable", false, "timed out"},
 		{"anything else", errors.New("redis: connection pool timeout"), 503, "unavailable", false, "cache or store is unavailable"},
 	}

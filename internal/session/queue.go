@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -327,11 +328,10 @@ func (q *Queues) Exist(ctx context.Context, recs []store.AppliedSession) ([]bool
 
 // Acquire takes or renews ownership of queue partition p for instance id.
 func (q *Queues) Acquire(ctx context.Context, p int, id string, lifetime time.Duration) (bool, error) {
-	n, err := acquireScript.Run(ctx, q.rdb, []string{q.keys.Owner(p)}, id, lifetime.Milliseconds()).Int64()
-	return n == 1, err
+	return rscript.Acquire(ctx, q.rdb, q.keys.Owner(p), id, lifetime)
 }
 
 // Release gives up ownership of queue partition p if id holds it.
 func (q *Queues) Release(ctx context.Context, p int, id string) error {
-	return releaseScript.Run(ctx, q.rdb, []string{q.keys.Owner(p)}, id).Err()
+	return rscript.Release(ctx, q.rdb, q.keys.Owner(p), id)
 }

@@ -292,21 +292,3 @@ else
 end
 return 1
 `)
-
-// acquireScript takes or renews the ownership lease of a queue partition.
-// KEYS: 1 owner. ARGV: 1 instance id, 2 lifetime ms. Returns 1 if owned.
-var acquireScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
-// releaseScript gives up ownership if still held. KEYS: 1 owner. ARGV: 1
-// instance id.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)

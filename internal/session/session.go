@@ -23,10 +23,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/jitter"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/sqlcheck"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/mappings"
@@ -421,48 +421,24 @@ func (s *Service) release(ctx context.Context, id string, read map[string]string
 }
 
 // runWrite runs a script that changes pinned state and, when replicas are
-// required and the script succeeded (its first reply is positive), waits
-// for them on the same connection (see buffer.Buffer's runWrite).
+// required and the script succeeded (its first reply is positive), fails
+// unless they confirmed it (rscript.Durable).
 func (s *Service) runWrite(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]any, error) {
-	if s.cfg.Replicas <= 0 {
-		return sc.Run(ctx, s.rdb, keys, args...).Slice()
+	d := rscript.Durable{Client: s.rdb, Replicas: s.cfg.Replicas, Timeout: s.cfg.ReplicaTimeout}
+	reply, repl, err := d.Run(ctx, rscript.Call{Script: sc, Keys: keys, Args: args})
+	if err != nil {
+		return nil, err
 	}
-	var node redis.Cmdable = s.rdb
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, err
-		}
-		node = c
+	v, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("session: unexpected script reply %T", reply)
 	}
-	for attempt := 0; ; attempt++ {
-		pipe := node.Pipeline()
-		ev := sc.EvalSha(ctx, pipe, keys, args...)
-		wait := pipe.Do(ctx, "WAIT", s.cfg.Replicas, s.cfg.ReplicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		v, err := ev.Slice()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && attempt == 0 {
-			if err := sc.Load(ctx, node).Err(); err != nil {
-				return nil, err
-			}
-			continue
+	if len(v) > 0 {
+		if code, _ := v[0].(int64); code > 0 && repl != nil {
+			return nil, repl
 		}
-		if err != nil {
-			return nil, err
-		}
-		if len(v) > 0 {
-			if code, _ := v[0].(int64); code > 0 {
-				n, err := wait.Int64()
-				if err != nil {
-					return nil, fmt.Errorf("session: waiting for replicas: %w", err)
-				}
-				if int(n) < s.cfg.Replicas {
-					return nil, &buffer.ReplicationError{Got: int(n), Want: s.cfg.Replicas}
-				}
-			}
-		}
-		return v, nil
 	}
+	return v, nil
 }
 
 // checkQueue validates a queue name and returns its family.
