@@ -376,7 +376,7 @@ func TestRequestMetrics(t *testing.T) {
 func TestRequestMetricOps(t *testing.T) {
 	w := newWorld(t, opts{sessions: true})
 	documented := map[string]bool{}
-	for _, op := range strings.Fields("get put patch delete scan flush status session cache queues other") {
+	for _, op := range strings.Fields("get put patch delete scan flush status deadletters session cache queues other") {
 		documented[op] = true
 	}
 	for _, req := range []struct{ method, path, body string }{

@@ -21,9 +21,9 @@ var (
 	ErrOverflow = errors.New("document: increment or decrement would overflow")
 )
 
-// StoreError is a store failure during a synchronous write (write-through,
-// write-around). Permanent ones mean the store rejected the change, which
-// was then discarded.
+// StoreError is a store failure: of a read (a miss, a scan), or of a
+// synchronous write (write-through, write-around). Permanent ones of a
+// write mean the store rejected the change, which was then discarded.
 //
 // Buffered is the sequence number of a change that is buffered and will be
 // applied once the store recovers (a transient failure after buffering):
@@ -31,6 +31,7 @@ var (
 type StoreError struct {
 	Err      error
 	Buffered int64
+	Read     bool // a read failed, not a write
 }
 
 func (e *StoreError) Error() string { return e.Err.Error() }
@@ -72,6 +73,8 @@ func Classify(err error) Failure {
 		return Failure{Status: 409, Code: "aborted", Msg: "too many concurrent writes to the document; retry with backoff", Conflict: true}
 	case errors.Is(err, ErrOverflow):
 		return Failure{Status: 400, Code: "invalid_argument", Msg: "increment or decrement would overflow"}
+	case errors.As(err, &se) && store.IsPermanent(se.Err) && se.Read:
+		return Failure{Status: 503, Code: "unavailable", Msg: "the store could not be read (" + StoreReason(se.Err) + ")", Log: "store read failed", Internal: true}
 	case errors.As(err, &se) && store.IsPermanent(se.Err):
 		return Failure{Status: 400, Code: "invalid_argument", Msg: "the store rejected the change (" + StoreReason(se.Err) + ")", Log: "the store rejected a change"}
 	case errors.As(err, &se) && se.Buffered > 0:

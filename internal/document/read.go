@@ -70,7 +70,7 @@ func (s *Service) merge(ctx context.Context, c *Collection, id string, pending [
 		var applied int64
 		var err error
 		if row, applied, err = c.Store.Read(ctx, c.Table, c.Name, id); err != nil {
-			return nil, err
+			return nil, &StoreError{Err: err, Read: true}
 		}
 		i = 0
 		for i < len(pending) && pending[i].Seq <= applied {

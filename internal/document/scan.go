@@ -42,7 +42,7 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 	want := limit + len(pend) // each pending document hides at most one row
 	rows, err := c.Store.Scan(ctx, c.Table, from, want)
 	if err != nil {
-		return nil, err
+		return nil, &StoreError{Err: err, Read: true}
 	}
 	byID := make(map[string]change.Doc, len(rows)+len(pend))
 	lastKey, truncated := "", len(rows) == want
