@@ -1,63 +1,4 @@
-// Command ycsb runs the paper's YCSB evaluation (section 4.1, Figures 1, 5
-// and 9, Table 3) on this machine: workloads A (50 % reads, 50 % updates), B
-// (95/5), C (100 % reads) and S (95 % scans of 5 records from a random key,
-// 5 % updates) against PostgreSQL, MariaDB or MongoDB, under every policy of
-// package bench — the database alone, its own asynchronous commit, and a
-// sidecar with write-around, write-through and write-back over HTTP and
-// write-back over the Redis protocol — and, with --sweep-workers, the
-// paper's applier sweep (Figure 5): write-back runs of A, B and S with each
-// number of appliers (writeback.workers).
-//
-//	go run ./benchmarks/cmd/ycsb [--quick] [--store postgres,mysql,mongodb] [--workloads A,B,C,S]
-//	                             [--policies all] [--sweep-workers 1,2,4,8,16] [--compare=false] …
-//
-// For each store and policy it loads a fresh table (MongoDB: a collection
-// in database ycsb, _id = key), starts a fresh sidecar (Redis key prefix
-// ycsb-<policy>-<random>) or opens direct clients, and runs the workloads
-// one after another on them. Before the first, every record is read once
-// through the run's own clients (a warm cache and buffer pool, as in the
-// paper); later workloads find it still warm — entries live an hour and
-// writes update them — except under write-around, whose writes delete
-// entries, so it is warmed again. Each workload runs a warm-up and a
-// measured window, then the sidecar is drained (flush) and the table
-// compared with the last acknowledged value of every updated field; every
-// read (and scanned record) of a client's own record is also checked
-// against its last acknowledged write during the run. A mismatch, a stale
-// read or a failed operation fails the command (exit 1) once the tables are
-// printed, and the table is kept for inspection.
-//
-// Choices:
-//   - A read reads the whole record. An update sets one random field, as
-//     YCSB's core workload does by default; --update-all sets every field
-//     in one operation, as the paper does.
-//   - Scans: the HTTP API's GET /v1/docs/{collection}?from=&limit=. The
-//     Redis-protocol front door has no scan command, so write-back-resp
-//     skips workload S (reported as n/a with the reason); it also serves SQL
-//     collections only, so it does not run on MongoDB at all.
-//   - Keys are uniform by default, as in the paper; --distribution zipfian
-//     uses YCSB's scrambled zipfian.
-//   - database-async is PostgreSQL's synchronous_commit=off (per
-//     connection), MariaDB's innodb_flush_log_at_trx_commit=2 (global, set
-//     for the run and restored) or MongoDB's w=1, journal=false.
-//   - The sweep: a fresh sidecar per applier count, workloads of
-//     --sweep-workloads on it; throughput normalized to the first count,
-//     and, when the measured window closes, the changes applied since the
-//     workload started / (applied + pending) and the pinned bytes.
-//   - MongoDB here is FerretDB on SQLite, which needs 0.1–0.3 s per
-//     document operation on a collection of a few thousand documents: use
-//     a few hundred --records there; the sidecars' writeback.batchSize is
-//     16 on MongoDB (--batch-size), since a batch of 128 outlives the
-//     appliers' 30 s batch timeout and would be retried forever.
-//
-// It prints a table per store on stdout and writes under --out:
-// ycsb-<store>.json (settings, every run with its latency percentiles,
-// verification, buffer state and pinned bytes over time, ratios, the
-// sweep), ycsb-<store>-throughput.png (ops/s per workload and policy, the
-// analogue of Figure 9), ycsb-<store>-pinned.png (pinned bytes over time in
-// the write-back runs, sampled every 250 ms) and, with the sweep,
-// ycsb-<store>-sweep-{throughput,applied,pinned}.png (Figure 5a–c). Progress
-// (a line per second per run) goes to stderr. Run `make services` first.
-package main
+package ycsbrun
 
 import (
 	"context"
@@ -66,21 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"os/signal"
-	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 )
-
-func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
-}
 
 // options are the command's flags, validated.
 type options struct {
@@ -147,26 +79,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/writeback", "MySQL/MariaDB DSN")
 	fs.StringVar(&o.mongoURI, "mongo-uri", "mongodb://127.0.0.1:27017/", "MongoDB URI")
 	fs.StringVar(&o.mongoDatabase, "mongo-database", "ycsb", "MongoDB database")
-	if err := fs.Parse(args); err != nil {
+	if err := bench.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; every option is a flag (see -h)", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.quick {
-		if !set["records"] {
-			o.records = 5_000
-		}
-		if !set["duration"] {
-			o.duration = 2 * time.Second
-		}
-		if !set["warmup"] {
-			o.warmup = time.Second
-		}
-		if !set["sweep-workers"] {
-			*sweep = "1,4,16"
+		quick := map[string]string{"records": "5000", "duration": "2s", "warmup": "1s", "sweep-workers": "1,4,16"}
+		if err := bench.QuickDefaults(fs, quick); err != nil {
+			return nil, err
 		}
 	}
 	if o.sweepDuration <= 0 {
@@ -179,19 +98,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.mongoURI = u.String()
 	}
 	var err error
-	if o.stores, err = parseList("--store", *stores, []string{ycsb.Postgres, ycsb.MySQL, ycsb.MongoDB}); err != nil {
+	if o.stores, err = bench.ParseList("--store", *stores, []string{ycsb.Postgres, ycsb.MySQL, ycsb.MongoDB}); err != nil {
 		return nil, err
 	}
-	if o.workloads, err = parseList("--workloads", *workloads, workloadNames); err != nil {
+	if o.workloads, err = bench.ParseList("--workloads", *workloads, workloadNames); err != nil {
 		return nil, err
 	}
-	if o.sweepWorkloads, err = parseList("--sweep-workloads", *sweepWorkloads, workloadNames); err != nil {
+	if o.sweepWorkloads, err = bench.ParseList("--sweep-workloads", *sweepWorkloads, workloadNames); err != nil {
 		return nil, err
 	}
 	if o.policies, err = bench.ParsePolicies(*policies); err != nil {
 		return nil, fmt.Errorf("--policies: %w", err)
 	}
-	if o.sweepWorkers, err = parseInts("--sweep-workers", *sweep); err != nil {
+	if o.sweepWorkers, err = bench.ParseInts("--sweep-workers", *sweep, 256); err != nil {
 		return nil, err
 	}
 	switch {
@@ -217,45 +136,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-// parseList parses a comma-separated list of names from known, in the
-// order given, without repetitions.
-func parseList(flagName, s string, known []string) ([]string, error) {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		x = strings.TrimSpace(x)
-		if x == "" {
-			continue
-		}
-		if !slices.Contains(known, x) {
-			return nil, fmt.Errorf("%s: unknown %q; use some of %s", flagName, x, strings.Join(known, ","))
-		}
-		if !slices.Contains(out, x) {
-			out = append(out, x)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: none given; use some of %s", flagName, strings.Join(known, ","))
-	}
-	return out, nil
-}
-
-// parseInts parses a comma-separated list of positive integers; "" is none.
-func parseInts(flagName, s string) ([]int, error) {
-	var out []int
-	for _, x := range strings.Split(s, ",") {
-		x = strings.TrimSpace(x)
-		if x == "" {
-			continue
-		}
-		n, err := strconv.Atoi(x)
-		if err != nil || n < 1 || n > 256 {
-			return nil, fmt.Errorf("%s: %q is not a number from 1 to 256", flagName, x)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 func (o *options) spec() ycsb.Spec {
 	return ycsb.Spec{Table: o.table, Records: o.records, Fields: o.fields, FieldSize: o.fieldSize}
 }
@@ -278,47 +158,4 @@ func (o *options) dsn(store string) string {
 		return o.mongoURI
 	}
 	return o.pgDSN
-}
-
-// run is the command: it returns the exit code (0 success, 1 a failed or
-// unverified run, 2 bad flags).
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "ycsb:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return execute(ctx, o, stdout, stderr)
-}
-
-// execute runs the stores in turn and returns the exit code.
-func execute(ctx context.Context, o *options, stdout, stderr io.Writer) int {
-	started := time.Now()
-	failed := false
-	for _, store := range o.stores {
-		rep, err := runStore(ctx, o, store, stderr)
-		if rep != nil {
-			werr := rep.write(o.out)
-			rep.print(stdout)
-			if werr != nil {
-				fmt.Fprintln(stderr, "ycsb:", werr)
-				failed = true
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "ycsb: %s: %v\n", store, err)
-			failed = true
-			break
-		}
-	}
-	fmt.Fprintf(stderr, "ycsb: done in %s\n", time.Since(started).Round(time.Second))
-	if failed {
-		return 1
-	}
-	return 0
 }

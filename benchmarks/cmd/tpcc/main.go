@@ -1,0 +1,19 @@
+// Command tpcc runs TPC-C as sessions through a writeback sidecar (one queue
+// per warehouse, as in the paper's section 4.3) beside the database alone,
+// and checks TPC-C's consistency conditions 1–4 after each run. It is only
+// the entry point: the flags, the runs and the report are package
+// tpccrun's.
+//
+//	go run ./benchmarks/cmd/tpcc --quick
+//	go run ./benchmarks/cmd/tpcc --warehouses 4 --terminals 10 --duration 60s
+//
+// Run `make services` first. See benchmarks/README.md.
+package main
+
+import (
+	"os"
+
+	"github.com/writeback/writeback/benchmarks/tpccrun"
+)
+
+func main() { os.Exit(tpccrun.Main(os.Args[1:], os.Stdout, os.Stderr)) }
