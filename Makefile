@@ -39,7 +39,7 @@ test: services
 	$(MAKE) --no-print-directory chart-test
 
 demo: services
-	$(GO) run ./benchmarks/demo $(DEMOFLAGS)
+	$(GO) run ./benchmarks/cmd/demo $(DEMOFLAGS)
 
 # make bench: a quick run of every benchmark (about 10 minutes on 2 cores):
 # YCSB A/B/C/S under every policy plus the applier sweep, BG on MongoDB and

@@ -1,6 +1,7 @@
-// Package bench is what the YCSB, BG and TPC-C benchmark commands share:
-// the policies they compare, the database's own asynchronous commit, a
-// progress line per second, results as a table on stdout and as JSON, and
-// PNG plots (gonum/plot) with labelled axes, one line per policy and a
-// legend.
+// Package bench is what the benchmark commands share: the policies they
+// compare and the database's own asynchronous commit, the frame of a
+// command (flags, signals, exit codes), progress lines, samplers, tables,
+// JSON and gonum plots. It holds no workload and starts no sidecar, and it
+// changes nothing in the services except MySQLAsync's global setting,
+// which it hands back a way to restore.
 package bench

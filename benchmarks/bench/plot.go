@@ -64,30 +64,7 @@ func save(p *plot.Plot, path string) error {
 // Lines draws one line with points per series, a legend naming them, and
 // saves it as a PNG at path.
 func Lines(path string, f Figure, series []Series) error {
-	p := newPlot(f)
-	for i, s := range series {
-		if len(s.X) != len(s.Y) {
-			return fmt.Errorf("plot %s: series %s has %d x and %d y values", path, s.Name, len(s.X), len(s.Y))
-		}
-		xys := make(plotter.XYs, len(s.X))
-		for j := range s.X {
-			xys[j].X, xys[j].Y = s.X[j], s.Y[j]
-		}
-		l, pts, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return fmt.Errorf("plot %s: series %s: %w", path, s.Name, err)
-		}
-		c := colour(s.Name, i)
-		l.Color, l.Width = c, vg.Points(1.5)
-		l.Dashes = plotutil.Dashes(i)
-		pts.Color, pts.Shape = c, plotutil.Shape(i)
-		p.Add(l, pts)
-		p.Legend.Add(s.Name, l, pts)
-	}
-	if f.YFromZero {
-		p.Y.Min = 0
-	}
-	return save(p, path)
+	return LinesWith(path, f, LineOptions{}, series)
 }
 
 // Bars draws grouped bars: a group per entry of groups along the x axis,

@@ -3,6 +3,8 @@ package bg
 import (
 	"context"
 	"fmt"
+
+	"github.com/writeback/writeback/benchmarks/bench"
 )
 
 // Conn runs BG's actions on one store through one policy: the store's own
@@ -106,6 +108,29 @@ func parseIDs(ss []string) ([]int32, error) {
 		out[i] = x
 	}
 	return out, nil
+}
+
+// parseStored parses a member's id and lists as a store holds them.
+func parseStored(id string, friends, pending []string) (m int32, st Stored, err error) {
+	if m, err = ParseID(id); err != nil {
+		return 0, Stored{}, err
+	}
+	if st.Friends, err = parseIDs(friends); err != nil {
+		return 0, Stored{}, err
+	}
+	if st.Pending, err = parseIDs(pending); err != nil {
+		return 0, Stored{}, err
+	}
+	return m, st, nil
+}
+
+// connDSN is the DSN of a Conn: dsn itself, or with async its
+// asynchronous-commit variant (bench.AsyncDSN).
+func connDSN(driver, dsn string, async bool) (string, error) {
+	if !async {
+		return dsn, nil
+	}
+	return bench.AsyncDSN(driver, dsn)
 }
 
 // distinct is the number of different members in xs. A list holding one

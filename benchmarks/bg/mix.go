@@ -3,8 +3,9 @@ package bg
 import (
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
+
+	"github.com/writeback/writeback/benchmarks/bench"
 )
 
 // Action is one of BG's seven social actions.
@@ -84,23 +85,17 @@ func (m Mix) Pick(r *rand.Rand) Action {
 
 // ParseThreads parses "1,4,16" into increasing thread counts.
 func ParseThreads(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > 4096 {
-			return nil, fmt.Errorf("bg: --threads takes thread counts from 1 to 4096, not %q", f)
-		}
-		if len(out) > 0 && n <= out[len(out)-1] {
-			return nil, fmt.Errorf("bg: --threads must increase (a ramp), but %d follows %d", n, out[len(out)-1])
-		}
-		out = append(out, n)
+	out, err := bench.ParseInts("--threads", s, 4096)
+	if err != nil {
+		return nil, fmt.Errorf("bg: %w", err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("bg: no thread count given in --threads")
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i] <= out[i-1] {
+			return nil, fmt.Errorf("bg: --threads must increase (a ramp), but %d follows %d", out[i], out[i-1])
+		}
 	}
 	return out, nil
 }

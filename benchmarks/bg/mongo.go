@@ -9,8 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/writeback/writeback/benchmarks/bench"
 )
 
 // MongoDatabase and MongoCollection are where the graph lives in MongoDB.
@@ -129,15 +127,8 @@ func (s *Mongo) Snapshot(ctx context.Context) (map[int32]Stored, error) {
 		if err := cur.Decode(&d); err != nil {
 			return nil, err
 		}
-		m, err := ParseID(d.ID)
+		m, st, err := parseStored(d.ID, d.Friends, d.Pending)
 		if err != nil {
-			return nil, err
-		}
-		var st Stored
-		if st.Friends, err = parseIDs(d.Friends); err != nil {
-			return nil, err
-		}
-		if st.Pending, err = parseIDs(d.Pending); err != nil {
 			return nil, err
 		}
 		out[m] = st
@@ -148,12 +139,9 @@ func (s *Mongo) Snapshot(ctx context.Context) (map[int32]Stored, error) {
 // Open returns a Conn of its own client; async uses MongoDB's w=1,
 // journal=false write concern.
 func (s *Mongo) Open(ctx context.Context, async bool) (Conn, error) {
-	uri := s.uri
-	if async {
-		var err error
-		if uri, err = bench.AsyncDSN("mongodb", uri); err != nil {
-			return nil, err
-		}
+	uri, err := connDSN("mongodb", s.uri, async)
+	if err != nil {
+		return nil, err
 	}
 	c, err := connectMongo(ctx, uri)
 	if err != nil {

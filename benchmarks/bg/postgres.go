@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/writeback/writeback/benchmarks/bench"
 )
 
 // PostgresTable is the table holding the graph in PostgreSQL.
@@ -137,15 +135,8 @@ func (s *Postgres) Snapshot(ctx context.Context) (map[int32]Stored, error) {
 		if err := rows.Scan(&id, &f, &p); err != nil {
 			return nil, err
 		}
-		m, err := ParseID(id)
+		m, st, err := parseStored(id, f, p)
 		if err != nil {
-			return nil, err
-		}
-		var st Stored
-		if st.Friends, err = parseIDs(f); err != nil {
-			return nil, err
-		}
-		if st.Pending, err = parseIDs(p); err != nil {
 			return nil, err
 		}
 		out[m] = st
@@ -156,12 +147,9 @@ func (s *Postgres) Snapshot(ctx context.Context) (map[int32]Stored, error) {
 // Open returns a Conn with a pool of its own; async sets
 // synchronous_commit=off on its connections.
 func (s *Postgres) Open(ctx context.Context, async bool) (Conn, error) {
-	dsn := s.dsn
-	if async {
-		var err error
-		if dsn, err = bench.AsyncDSN("postgres", dsn); err != nil {
-			return nil, err
-		}
+	dsn, err := connDSN("postgres", s.dsn, async)
+	if err != nil {
+		return nil, err
 	}
 	pool, err := connectPostgres(ctx, dsn)
 	if err != nil {

@@ -73,22 +73,13 @@ func (c *respClient) UpdateRecord(ctx context.Context, key string, row ycsb.Row)
 // one, which an update must not: the workload only updates loaded records,
 // and HSET's reply (the fields that were absent) tells a creation apart.
 func (c *respClient) hset(ctx context.Context, key string, fieldValues ...any) error {
-	backoff := time.Millisecond
-	for {
+	return retry(ctx, func() (bool, error) {
 		n, err := c.rdb.HSet(ctx, c.docKey(key), fieldValues...).Result()
 		if err == nil && n != 0 {
-			return fmt.Errorf("HSET %s: %d fields were absent; the document did not exist", c.docKey(key), n)
+			return false, fmt.Errorf("HSET %s: %d fields were absent; the document did not exist", c.docKey(key), n)
 		}
-		if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 100*time.Millisecond)
-	}
+		return err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN"), err
+	})
 }
 
 func (c *respClient) Close() error { return c.rdb.Close() }

@@ -1,10 +1,10 @@
 // Package sidecar runs a writeback sidecar inside a benchmark's process: one
 // collection over one table with a chosen write policy, a fresh Redis key
-// prefix of its own, listening on a free loopback port. It gives the
-// benchmark a ycsb.Client speaking the HTTP API through pkg/client, or the
-// Redis protocol through go-redis (NewRespClient), drains the buffer on
-// request, and deletes its Redis keys when done. It never touches keys
-// outside its prefix.
+// prefix of its own and a free loopback port, with ycsb.Clients over its
+// HTTP API (pkg/client) or its Redis protocol (go-redis). It drains the
+// buffer on request and deletes its Redis keys when done; it never touches
+// keys outside its prefix, and in the database only the table it serves
+// and that table's applied records (ForgetApplied).
 package sidecar
 
 import (
@@ -362,10 +362,21 @@ func (d *docClient) UpdateRecord(ctx context.Context, key string, row ycsb.Row) 
 
 // patch sends a PATCH, retrying 409 aborted answers with backoff.
 func (d *docClient) patch(ctx context.Context, key string, body json.RawMessage) error {
+	return retry(ctx, func() (bool, error) {
+		_, err := d.c.Patch(ctx, d.coll, key, body)
+		return client.IsAborted(err), err
+	})
+}
+
+// retry calls try until it says not to try again, then returns its error;
+// in between it waits 1 ms, doubling up to 100 ms, unless ctx ends. The
+// sidecar answers "try again" (HTTP 409 aborted, RESP TRYAGAIN) to a write
+// it could not take just then, as an application would retry it.
+func retry(ctx context.Context, try func() (again bool, err error)) error {
 	backoff := time.Millisecond
 	for {
-		_, err := d.c.Patch(ctx, d.coll, key, body)
-		if !client.IsAborted(err) {
+		again, err := try()
+		if !again {
 			return err
 		}
 		select {

@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -197,166 +195,6 @@ func (d *DB) Drop(ctx context.Context, table string) error {
 	return d.Exec(ctx, "DROP TABLE IF EXISTS "+table)
 }
 
-// Load (re)creates the table and fills it with s.Records rows of random
-// values drawn from seed, with the fastest bulk path of the driver:
-// COPY (pgx CopyFrom) for PostgreSQL, multi-row INSERTs in transactions
-// for MySQL. progress, if not nil, is called about once a second with the
-// number of rows sent so far, and once at the end with done set.
-func (d *DB) Load(ctx context.Context, s Spec, seed uint64, progress func(rows int64, done bool)) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	if err := d.Drop(ctx, s.Table); err != nil {
-		return fmt.Errorf("ycsb: dropping %s: %w", s.Table, err)
-	}
-	if d.mg == nil {
-		if err := d.Exec(ctx, d.createSQL(s)); err != nil {
-			return fmt.Errorf("ycsb: creating %s: %w", s.Table, err)
-		}
-	}
-	var done atomic.Int64
-	stop := make(chan struct{})
-	ticked := make(chan struct{})
-	go func() {
-		defer close(ticked)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if progress != nil {
-					progress(done.Load(), false)
-				}
-			}
-		}
-	}()
-	src := &rowSource{s: s, r: rand.New(rand.NewPCG(seed, 0x5ca1ab1e)), done: &done}
-	var err error
-	switch d.driver {
-	case Postgres:
-		err = d.copyPostgres(ctx, src)
-	case MongoDB:
-		err = d.insertMongo(ctx, src)
-	default:
-		err = d.insertMySQL(ctx, src)
-	}
-	close(stop)
-	<-ticked
-	if err != nil {
-		return fmt.Errorf("ycsb: loading %s: %w", s.Table, err)
-	}
-	if progress != nil {
-		progress(done.Load(), true)
-	}
-	return nil
-}
-
-// rowSource generates the rows of a table in key order; it is a
-// pgx.CopyFromSource.
-type rowSource struct {
-	s    Spec
-	r    *rand.Rand
-	next int64
-	vals []any
-	done *atomic.Int64
-}
-
-func (rs *rowSource) Next() bool {
-	if rs.next >= rs.s.Records {
-		return false
-	}
-	if rs.vals == nil {
-		rs.vals = make([]any, 1+rs.s.Fields)
-	}
-	rs.vals[0] = Key(rs.next)
-	for i := range rs.s.Fields {
-		rs.vals[1+i] = RandomValue(rs.r, rs.s.FieldSize)
-	}
-	rs.next++
-	rs.done.Store(rs.next)
-	return true
-}
-
-func (rs *rowSource) Values() ([]any, error) { return rs.vals, nil }
-func (rs *rowSource) Err() error             { return nil }
-
-func columns(s Spec) []string {
-	cols := []string{KeyColumn}
-	for i := range s.Fields {
-		cols = append(cols, FieldName(i))
-	}
-	return cols
-}
-
-func (d *DB) copyPostgres(ctx context.Context, src *rowSource) error {
-	if _, err := d.pg.CopyFrom(ctx, pgx.Identifier{src.s.Table}, columns(src.s), src); err != nil {
-		return err
-	}
-	// Fresh statistics, so the planner knows the table's size at once.
-	_, err := d.pg.Exec(ctx, "ANALYZE "+src.s.Table)
-	return err
-}
-
-// insertMySQL inserts batches of rows per statement, many statements per
-// transaction. A batch stays far below max_allowed_packet and the
-// 65,535-placeholder limit.
-func (d *DB) insertMySQL(ctx context.Context, src *rowSource) error {
-	s := src.s
-	perRow := 1 + s.Fields
-	batch := max(1, min(1000, (512<<10)/(s.Fields*s.FieldSize+64), 60000/perRow))
-	const batchesPerTx = 10
-	stmtFor := func(rows int) string {
-		row := "(" + strings.TrimSuffix(strings.Repeat("?,", perRow), ",") + ")"
-		return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s", s.Table, strings.Join(columns(s), ","),
-			strings.TrimSuffix(strings.Repeat(row+",", rows), ","))
-	}
-	conn, err := d.my.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	full, err := conn.PrepareContext(ctx, stmtFor(batch))
-	if err != nil {
-		return err
-	}
-	defer full.Close()
-	args := make([]any, 0, batch*perRow)
-	for {
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		more := true
-		for b := 0; b < batchesPerTx && more; b++ {
-			args = args[:0]
-			for len(args) < batch*perRow {
-				if more = src.Next(); !more {
-					break
-				}
-				args = append(args, src.vals...)
-			}
-			switch n := len(args) / perRow; {
-			case n == batch:
-				_, err = tx.StmtContext(ctx, full).ExecContext(ctx, args...)
-			case n > 0:
-				_, err = tx.ExecContext(ctx, stmtFor(n), args...)
-			}
-			if err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-		if !more {
-			return nil
-		}
-	}
-}
-
 // ReadRows reads the given records' fields, by key; missing records are
 // absent from the map.
 func (d *DB) ReadRows(ctx context.Context, s Spec, keys []string) (map[string]Row, error) {
@@ -368,39 +206,36 @@ func (d *DB) ReadRows(ctx context.Context, s Spec, keys []string) (map[string]Ro
 	const batch = 500
 	for lo := 0; lo < len(keys); lo += batch {
 		part := keys[lo:min(lo+batch, len(keys))]
+		var recs []Record
 		var err error
 		switch {
 		case d.mg != nil:
-			err = d.readRowsMongo(ctx, s, part, out)
+			recs, err = d.readRowsMongo(ctx, s, part)
 		case d.pg != nil:
-			err = d.readRowsPostgres(ctx, s, cols, part, out)
+			recs, err = d.readRowsPostgres(ctx, s, cols, part)
 		default:
-			err = d.readRowsMySQL(ctx, s, cols, part, out)
+			recs, err = d.readRowsMySQL(ctx, s, cols, part)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("ycsb: reading %s: %w", s.Table, err)
+		}
+		for _, r := range recs {
+			out[r.Key] = r.Row
 		}
 	}
 	return out, nil
 }
 
-func (d *DB) readRowsPostgres(ctx context.Context, s Spec, cols string, keys []string, out map[string]Row) error {
+func (d *DB) readRowsPostgres(ctx context.Context, s Spec, cols string, keys []string) ([]Record, error) {
 	rows, err := d.pg.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1)", cols, s.Table, KeyColumn), keys)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		key, row, err := scanRecord(rows.Scan, s.Fields)
-		if err != nil {
-			return err
-		}
-		out[key] = row
-	}
-	return rows.Err()
+	return scanRecords(rows.Next, rows.Scan, rows.Err, s.Fields, len(keys))
 }
 
-func (d *DB) readRowsMySQL(ctx context.Context, s Spec, cols string, keys []string, out map[string]Row) error {
+func (d *DB) readRowsMySQL(ctx context.Context, s Spec, cols string, keys []string) ([]Record, error) {
 	args := make([]any, len(keys))
 	for i, k := range keys {
 		args[i] = k
@@ -408,17 +243,10 @@ func (d *DB) readRowsMySQL(ctx context.Context, s Spec, cols string, keys []stri
 	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", cols, s.Table, KeyColumn, strings.TrimSuffix(strings.Repeat("?,", len(keys)), ","))
 	rows, err := d.my.QueryContext(ctx, q, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		key, row, err := scanRecord(rows.Scan, s.Fields)
-		if err != nil {
-			return err
-		}
-		out[key] = row
-	}
-	return rows.Err()
+	return scanRecords(rows.Next, rows.Scan, rows.Err, s.Fields, len(keys))
 }
 
 // scanRecord scans (key, field0, …) with a driver's Scan; NULL fields read
@@ -441,122 +269,6 @@ func scanRecord(scan func(...any) error, fields int) (string, Row, error) {
 	return key, row, nil
 }
 
-// NewClient returns a client issuing YCSB's statements directly to the
-// database on a connection of its own: read = SELECT * … WHERE key = $1,
-// update = UPDATE … SET field<n> = $1 WHERE key = $2. PostgreSQL statements
-// are prepared once per connection by pgx's statement cache; MySQL ones
-// explicitly.
-func (d *DB) NewClient(ctx context.Context, s Spec) (Client, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	if d.mg != nil {
-		return d.newMongoClient(s), nil
-	}
-	read := fmt.Sprintf("SELECT * FROM %s WHERE %s = %s", s.Table, KeyColumn, d.Placeholder(1))
-	updates := make([]string, s.Fields)
-	for i := range updates {
-		updates[i] = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = %s", s.Table, FieldName(i), d.Placeholder(1), KeyColumn, d.Placeholder(2))
-	}
-	scan := fmt.Sprintf("SELECT * FROM %s WHERE %s >= %s ORDER BY %s LIMIT %s", s.Table, KeyColumn, d.Placeholder(1), KeyColumn, d.Placeholder(2))
-	sets := make([]string, s.Fields)
-	for i := range sets {
-		sets[i] = fmt.Sprintf("%s = %s", FieldName(i), d.Placeholder(i+1))
-	}
-	updateAll := fmt.Sprintf("UPDATE %s SET %s WHERE %s = %s", s.Table, strings.Join(sets, ", "), KeyColumn, d.Placeholder(s.Fields+1))
-	if d.pg != nil {
-		conn, err := pgx.ConnectConfig(ctx, d.pgCfg.Copy())
-		if err != nil {
-			return nil, fmt.Errorf("cannot connect to PostgreSQL (%v); start the services with `make services`", err)
-		}
-		return &pgClient{conn: conn, read: read, updates: updates, scan: scan, updateAll: updateAll, fields: s.Fields}, nil
-	}
-	conn, err := d.my.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to MySQL/MariaDB (%v); start the services with `make services`", err)
-	}
-	c := &myClient{conn: conn, fields: s.Fields}
-	prepare := func(q string) *sql.Stmt {
-		st, perr := conn.PrepareContext(ctx, q)
-		if perr != nil && err == nil {
-			err = perr
-		}
-		return st
-	}
-	c.read, c.scan, c.updateAll = prepare(read), prepare(scan), prepare(updateAll)
-	for _, u := range updates {
-		c.updates = append(c.updates, prepare(u))
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// errNoRecord is an update or read of a key the table does not have.
-var errNoRecord = errors.New("ycsb: no such record")
-
-type pgClient struct {
-	conn      *pgx.Conn
-	read      string
-	updates   []string
-	scan      string
-	updateAll string
-	fields    int
-}
-
-func (c *pgClient) Read(ctx context.Context, key string, decode bool) (Row, error) {
-	_, row, err := scanRecord(c.conn.QueryRow(ctx, c.read, key).Scan, c.fields)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", errNoRecord, key)
-	}
-	return row, err
-}
-
-func (c *pgClient) Update(ctx context.Context, key string, field int, value string) error {
-	tag, err := c.conn.Exec(ctx, c.updates[field], value, key)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("%w: %s", errNoRecord, key)
-	}
-	return nil
-}
-
-func (c *pgClient) Scan(ctx context.Context, from string, n int) ([]Record, error) {
-	rows, err := c.conn.Query(ctx, c.scan, from, n)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return scanRecords(rows.Next, rows.Scan, rows.Err, c.fields, n)
-}
-
-func (c *pgClient) UpdateRecord(ctx context.Context, key string, row Row) error {
-	tag, err := c.conn.Exec(ctx, c.updateAll, rowArgs(key, row)...)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("%w: %s", errNoRecord, key)
-	}
-	return nil
-}
-
-func (c *pgClient) Close() error { return c.conn.Close(context.Background()) }
-
-// rowArgs are the arguments of an update of every field: the values, then
-// the key.
-func rowArgs(key string, row Row) []any {
-	args := make([]any, 0, len(row)+1)
-	for _, v := range row {
-		args = append(args, v)
-	}
-	return append(args, key)
-}
-
 // scanRecords collects the records of a scan's result rows.
 func scanRecords(next func() bool, scan func(...any) error, rowsErr func() error, fields, n int) ([]Record, error) {
 	out := make([]Record, 0, n)
@@ -569,67 +281,3 @@ func scanRecords(next func() bool, scan func(...any) error, rowsErr func() error
 	}
 	return out, rowsErr()
 }
-
-type myClient struct {
-	conn      *sql.Conn
-	read      *sql.Stmt
-	updates   []*sql.Stmt
-	scan      *sql.Stmt
-	updateAll *sql.Stmt
-	fields    int
-}
-
-func (c *myClient) Read(ctx context.Context, key string, decode bool) (Row, error) {
-	_, row, err := scanRecord(c.read.QueryRowContext(ctx, key).Scan, c.fields)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", errNoRecord, key)
-	}
-	return row, err
-}
-
-func (c *myClient) Update(ctx context.Context, key string, field int, value string) error {
-	res, err := c.updates[field].ExecContext(ctx, value, key)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("%w: %s", errNoRecord, key)
-	}
-	return nil
-}
-
-func (c *myClient) Scan(ctx context.Context, from string, n int) ([]Record, error) {
-	rows, err := c.scan.QueryContext(ctx, from, n)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return scanRecords(rows.Next, rows.Scan, rows.Err, c.fields, n)
-}
-
-func (c *myClient) UpdateRecord(ctx context.Context, key string, row Row) error {
-	res, err := c.updateAll.ExecContext(ctx, rowArgs(key, row)...)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("%w: %s", errNoRecord, key)
-	}
-	return nil
-}
-
-func (c *myClient) Close() error {
-	for _, st := range append(c.updates, c.read, c.scan, c.updateAll) {
-		if st != nil {
-			st.Close()
-		}
-	}
-	return c.conn.Close()
-}
-
-var (
-	_ Scanner       = (*pgClient)(nil)
-	_ RecordUpdater = (*pgClient)(nil)
-	_ Scanner       = (*myClient)(nil)
-	_ RecordUpdater = (*myClient)(nil)
-)

@@ -71,20 +71,26 @@ func (d *DB) insertMongo(ctx context.Context, src *rowSource) error {
 	return nil
 }
 
-func (d *DB) readRowsMongo(ctx context.Context, s Spec, keys []string, out map[string]Row) error {
+func (d *DB) readRowsMongo(ctx context.Context, s Spec, keys []string) ([]Record, error) {
 	cur, err := d.mg.Collection(s.Table).Find(ctx, bson.D{{Key: mongoKey, Value: bson.D{{Key: "$in", Value: keys}}}})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return mongoRecords(ctx, cur, s.Fields, len(keys))
+}
+
+// mongoRecords decodes the documents of cur (of about n) and closes it.
+func mongoRecords(ctx context.Context, cur *mongo.Cursor, fields, n int) ([]Record, error) {
 	defer cur.Close(ctx)
+	out := make([]Record, 0, n)
 	for cur.Next(ctx) {
-		key, row, err := mongoRecord(cur.Current, s.Fields)
+		key, row, err := mongoRecord(cur.Current, fields)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out[key] = row
+		out = append(out, Record{Key: key, Row: row})
 	}
-	return cur.Err()
+	return out, cur.Err()
 }
 
 // mongoRecord decodes a document's key and fields; a missing or non-string
@@ -159,16 +165,7 @@ func (c *mongoClient) Scan(ctx context.Context, from string, n int) ([]Record, e
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
-	out := make([]Record, 0, n)
-	for cur.Next(ctx) {
-		key, row, err := mongoRecord(cur.Current, len(c.names))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Record{Key: key, Row: row})
-	}
-	return out, cur.Err()
+	return mongoRecords(ctx, cur, len(c.names), n)
 }
 
 func (c *mongoClient) Close() error { return nil }

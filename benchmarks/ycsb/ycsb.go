@@ -1,11 +1,11 @@
-// Package ycsb is the YCSB-style workload shared by the demo and the
-// benchmarks: the usertable schema and its bulk loader for PostgreSQL,
-// MySQL/MariaDB and MongoDB, direct database clients, YCSB's scrambled
-// zipfian key chooser, the read/scan/update mix with per-key sequential
-// updates, latency samples, and the model of acknowledged values that
-// verification compares with the database. It knows nothing about the
-// sidecar: anything that reads and updates records by key is a Client (a
-// Scanner if it also scans, a RecordUpdater if it updates whole records).
+// Package ycsb is the YCSB workload shared by the demo and the benchmarks:
+// the usertable schema and its bulk loader for PostgreSQL, MySQL/MariaDB
+// and MongoDB, direct database clients, YCSB's scrambled zipfian, the
+// read/scan/update mix, latency samples, and the model of acknowledged
+// values that verification compares with the database. It touches only the
+// tables it is told to load or drop, and knows nothing about the sidecar:
+// anything that reads and updates records by key is a Client (a Scanner if
+// it also scans, a RecordUpdater if it updates whole records).
 package ycsb
 
 import (

@@ -1,4 +1,4 @@
-package main
+package bgrun
 
 import (
 	"fmt"
@@ -7,7 +7,49 @@ import (
 	"strings"
 
 	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/bg"
 )
+
+// storeRun is one store's results.
+type storeRun struct {
+	Store         string            `json:"store"`
+	Environment   bench.Environment `json:"environment"`
+	Settings      settings          `json:"settings"`
+	Results       []*bg.Result      `json:"results"`
+	NotApplicable []notApplicable   `json:"not_applicable,omitempty"`
+	Ratios        map[string]ratios `json:"soar_ratios"` // per mix
+	Errors        map[string]string `json:"errors,omitempty"`
+	failed        []string          // what failed, for the exit code
+	byPolicy      map[string]*bg.Result
+}
+
+type settings struct {
+	Members  int      `json:"members"`
+	Friends  int      `json:"friends"`
+	Pending  int      `json:"pending"`
+	Mixes    []string `json:"mixes"`
+	Threads  []int    `json:"threads"`
+	StepS    float64  `json:"step_s"`
+	SLAMs    float64  `json:"sla_ms"`
+	SLAPct   float64  `json:"sla_pct"`
+	Seed     uint64   `json:"seed"`
+	Policies []string `json:"policies"`
+	// The sidecar's appliers, where not its defaults (0).
+	Workers   int `json:"sidecar_workers,omitempty"`
+	BatchSize int `json:"sidecar_batch_size,omitempty"`
+}
+
+type notApplicable struct {
+	Policy string `json:"policy"`
+	Reason string `json:"reason"`
+}
+
+// ratios are write-back's SoAR over the others' ("" when one is missing).
+type ratios struct {
+	Database      float64 `json:"vs_database,omitempty"`
+	WriteThrough  float64 `json:"vs_write_through,omitempty"`
+	DatabaseAsync float64 `json:"vs_database_async,omitempty"`
+}
 
 func printTable(w io.Writer, o *options, runs []*storeRun) {
 	var t bench.Table

@@ -1,4 +1,4 @@
-package main
+package ycsbrun
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/writeback/writeback/benchmarks/bench"
@@ -15,124 +14,6 @@ import (
 	"github.com/writeback/writeback/benchmarks/ycsb"
 	"github.com/writeback/writeback/internal/config"
 )
-
-// workload is one of the paper's Table 3: the fractions of reads and scans;
-// the other operations are updates.
-type workload struct {
-	name       string
-	read, scan float64
-}
-
-var workloadList = []workload{
-	{"A", 0.5, 0},
-	{"B", 0.95, 0},
-	{"C", 1, 0},
-	{"S", 0, 0.95},
-}
-
-var workloadNames = []string{"A", "B", "C", "S"}
-
-func workloadByName(name string) workload {
-	for _, w := range workloadList {
-		if w.name == name {
-			return w
-		}
-	}
-	panic("ycsb: unknown workload " + name) // parseFlags allows only known ones
-}
-
-// Reasons a policy does not run a workload or on a store.
-const (
-	respNoScan  = "the Redis-protocol front door has no scan command (docs/api.md, Redis protocol)"
-	respNoMongo = "the Redis-protocol front door serves SQL collections only (docs/api.md, MongoDB collections)"
-)
-
-// skipReason says why policy p cannot run workload w on store, or "".
-func skipReason(store, p string, w workload) string {
-	if p != bench.WriteBackRESP {
-		return ""
-	}
-	if store == ycsb.MongoDB {
-		return respNoMongo
-	}
-	if w.scan > 0 {
-		return respNoScan
-	}
-	return ""
-}
-
-// Run is what one run measured, as the JSON has it.
-type Run struct {
-	Store    string `json:"store"`
-	Policy   string `json:"policy"`
-	Workload string `json:"workload"`
-	// Workers is the sidecar's writeback.workers (appliers); 0 for the
-	// database alone.
-	Workers int `json:"workers,omitempty"`
-	// Skipped says why the policy cannot run the workload; nothing else is
-	// set then.
-	Skipped string `json:"skipped,omitempty"`
-
-	Throughput float64       `json:"ops_per_s"`
-	Ops        int64         `json:"ops"`
-	WindowS    float64       `json:"window_s"`
-	Read       bench.Latency `json:"read"`
-	Update     bench.Latency `json:"update"`
-	Scan       bench.Latency `json:"scan"`
-	LoadS      float64       `json:"load_s"`
-	WarmS      float64       `json:"warm_s"`
-
-	Errors       int64    `json:"errors"`
-	ErrorSamples []string `json:"error_samples,omitempty"`
-	ReadChecks   int64    `json:"read_checks"`
-	StaleReads   int64    `json:"stale_reads"`
-	StaleSamples []string `json:"stale_samples,omitempty"`
-	// Verified is the number of updated fields compared with the database
-	// after the run (and the flush); Mismatches the first that differed.
-	Verified   int      `json:"verified_fields"`
-	Mismatches []string `json:"mismatches,omitempty"`
-	Mismatched int      `json:"mismatched_fields"`
-
-	// Sidecar runs: the buffer when the measured window closed (before the
-	// flush), the changes applied by then (writeback_applied_changes_total
-	// since the sidecar started), applied / (applied + pending) in percent,
-	// the cache hit ratio of the measured window, and the flush.
-	Sidecar           bool           `json:"sidecar"`
-	PendingChanges    int64          `json:"pending_changes_at_end"`
-	PendingDocuments  int64          `json:"pending_documents_at_end"`
-	PinnedBytes       int64          `json:"pinned_bytes_at_end"`
-	AppliedChanges    float64        `json:"applied_changes_at_end"`
-	AppliedPercent    float64        `json:"applied_percent_at_end"`
-	CacheHitPercent   float64        `json:"cache_hit_percent"`
-	FlushS            float64        `json:"flush_s"`
-	FlushApplied      int64          `json:"flush_applied"`
-	PinnedOverTime    []bench.Sample `json:"pinned_bytes_over_time,omitempty"` // t_s since the workload started (warm-up included)
-	WarmupS           float64        `json:"warmup_s"`
-	ApplierBatches    uint64         `json:"applier_batches"`
-	ApplierBatchDocs  float64        `json:"applier_docs_per_batch"`
-	ApplierBatchMeanS float64        `json:"applier_batch_mean_s"`
-}
-
-// ok reports whether the run verified: no failed operation, no stale read,
-// no mismatch.
-func (r *Run) ok() bool {
-	return r.Skipped != "" || (r.Errors == 0 && r.StaleReads == 0 && r.Mismatched == 0)
-}
-
-// problem describes why the run did not verify, in one sentence.
-func (r *Run) problem() string {
-	var parts []string
-	if r.Errors > 0 {
-		parts = append(parts, fmt.Sprintf("%d operations failed (%s)", r.Errors, strings.Join(r.ErrorSamples, "; ")))
-	}
-	if r.StaleReads > 0 {
-		parts = append(parts, fmt.Sprintf("%d reads returned a value older than the client's last acknowledged write (%s)", r.StaleReads, strings.Join(r.StaleSamples, "; ")))
-	}
-	if r.Mismatched > 0 {
-		parts = append(parts, fmt.Sprintf("%d of %d updated fields differ in the database after the flush (%s)", r.Mismatched, r.Verified, strings.Join(r.Mismatches, "; ")))
-	}
-	return strings.Join(parts, "; ")
-}
 
 // env is one store's connections and settings, shared by its runs.
 type env struct {
@@ -142,10 +23,9 @@ type env struct {
 	spec   ycsb.Spec
 	chsr   ycsb.Chooser
 	stderr io.Writer
-	log    *slog.Logger // the sidecars'
+	logf   func(format string, args ...any) // a line to stderr
+	log    *slog.Logger                     // the sidecars'
 }
-
-func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
 
 // keyField is the key of the sidecar's collection.
 func (e *env) keyField() string {
@@ -165,7 +45,7 @@ func (e *env) open(ctx context.Context, dsn string) (*ycsb.DB, error) {
 // runStore runs the comparison and the sweep on one store. On a failure it
 // returns the report so far and the error; the table is then kept.
 func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (*report, error) {
-	e := &env{o: o, store: store, spec: o.spec(), stderr: stderr, log: sidecarLog(stderr)}
+	e := &env{o: o, store: store, spec: o.spec(), stderr: stderr, logf: bench.Logf(stderr), log: sidecarLog(stderr)}
 	var err error
 	if e.chsr, err = ycsb.NewChooser(o.distribution, o.records); err != nil {
 		return nil, err
@@ -174,7 +54,7 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 		return nil, err
 	}
 	defer e.db.Close()
-	if err := pingRedis(ctx, o.redis); err != nil {
+	if err := bench.PingRedis(ctx, o.redis); err != nil {
 		return nil, err
 	}
 	rep := newReport(o, store)
@@ -528,21 +408,6 @@ func (e *env) directClients(ctx context.Context, db *ycsb.DB, clients []ycsb.Cli
 		clients[i] = c
 	}
 	return nil
-}
-
-// fill copies the workload's result into the run.
-func (r *Run) fill(res *ycsb.Result) {
-	r.Throughput, r.Ops, r.WindowS = res.Throughput(), res.Ops, res.Window.Seconds()
-	r.Read, r.Update, r.Scan = latency(res.Reads), latency(res.Updates), latency(res.Scans)
-	r.Errors, r.ErrorSamples = res.Errors, res.ErrorSamples
-	r.ReadChecks, r.StaleReads, r.StaleSamples = res.ReadChecks, res.StaleReads, res.StaleSamples
-}
-
-func latency(l ycsb.Latencies) bench.Latency {
-	return bench.Latency{
-		Count: int64(len(l)), P50: bench.Ms(l.Percentile(50)), P90: bench.Ms(l.Percentile(90)),
-		P95: bench.Ms(l.Percentile(95)), P99: bench.Ms(l.Percentile(99)), Mean: bench.Ms(l.Mean()),
-	}
 }
 
 // kib formats bytes as KiB with one decimal, or MiB above 10 MiB.

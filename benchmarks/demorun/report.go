@@ -1,4 +1,4 @@
-package main
+package demorun
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 )
 
@@ -42,18 +43,18 @@ func printRatios(w io.Writer, rs []*runResult) {
 			by[r.policy] = r
 		}
 	}
-	wb := by[writeBack]
+	wb := by[bench.WriteBack]
 	if wb == nil {
 		return
 	}
 	fmt.Fprintln(w)
-	if db := by[database]; db != nil {
+	if db := by[bench.Database]; db != nil {
 		fmt.Fprintf(w, "write-back / database       throughput  %5.2f×  (target ≥ 3×)\n", ratio(wb.res.Throughput(), db.res.Throughput()))
 	}
-	if wt := by[writeThrough]; wt != nil {
+	if wt := by[bench.WriteThrough]; wt != nil {
 		fmt.Fprintf(w, "write-back / write-through  throughput  %5.2f×  (target ≥ 2×)\n", ratio(wb.res.Throughput(), wt.res.Throughput()))
 	}
-	if db := by[database]; db != nil {
+	if db := by[bench.Database]; db != nil {
 		fmt.Fprintf(w, "write-back / database       update p50  %5.2f   (target ≤ 0.33)\n",
 			ratio(float64(wb.res.Updates.Percentile(50)), float64(db.res.Updates.Percentile(50))))
 	}
@@ -174,12 +175,12 @@ func writeJSON(o *options, rs []*runResult, failed bool) error {
 		}
 		rep.Runs = append(rep.Runs, jr)
 	}
-	if wb := by[writeBack]; wb != nil {
-		if db := by[database]; db != nil {
+	if wb := by[bench.WriteBack]; wb != nil {
+		if db := by[bench.Database]; db != nil {
 			rep.Ratios["writeBackOverDatabaseThroughput"] = ratio(wb.res.Throughput(), db.res.Throughput())
 			rep.Ratios["writeBackOverDatabaseUpdateP50"] = ratio(float64(wb.res.Updates.Percentile(50)), float64(db.res.Updates.Percentile(50)))
 		}
-		if wt := by[writeThrough]; wt != nil {
+		if wt := by[bench.WriteThrough]; wt != nil {
 			rep.Ratios["writeBackOverWriteThroughThroughput"] = ratio(wb.res.Throughput(), wt.res.Throughput())
 		}
 	}

@@ -1,0 +1,78 @@
+package tpccrun
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/tpcc"
+)
+
+// options are the command's flags, validated.
+type options struct {
+	store, dsn, redis, out string
+	policies               []string // in the order of tpcc.Policies
+	cpuprofile             string
+	warehouses, terminals  int
+	items, customers       int
+	duration, warmup       time.Duration
+	quick                  bool
+	seed                   uint64
+	args                   []string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{args: args}
+	fs := flag.NewFlagSet("tpcc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.store, "store", "postgres", "the database: postgres (mysql is not supported yet)")
+	fs.StringVar(&o.dsn, "dsn", "postgres://postgres@127.0.0.1:5432/tpcc?sslmode=disable", "the TPC-C database, created if missing; its nine tables are dropped and reloaded for every policy")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address of the sidecar")
+	policies := fs.String("policies", strings.Join(tpcc.Policies, ","), "policies to compare: database, write-through, write-back")
+	fs.IntVar(&o.warehouses, "warehouses", 2, "warehouses (W)")
+	fs.IntVar(&o.terminals, "terminals", 10, "terminals per warehouse, without keying or think times")
+	fs.IntVar(&o.items, "items", 100000, "items (the specification: 100000; fewer is a deviation for quick runs)")
+	fs.IntVar(&o.customers, "customers", 3000, "customers per district, and initial orders per district (the specification: 3000)")
+	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured time per policy")
+	fs.DurationVar(&o.warmup, "warmup", 10*time.Second, "warm-up per policy, not measured")
+	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
+	fs.BoolVar(&o.quick, "quick", false, "a quick run (under 2 minutes): 2 warehouses, 5 terminals each, 10000 items, 300 customers, 2s warm-up, 10s measured, unless set explicitly")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the load and the terminals")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole command (client, sidecar and appliers) to this file")
+	if err := bench.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if o.quick {
+		quick := map[string]string{"terminals": "5", "items": "10000", "customers": "300", "duration": "10s", "warmup": "2s"}
+		if err := bench.QuickDefaults(fs, quick); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if o.policies, err = bench.ParseList("--policies", *policies, tpcc.Policies); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(o.policies, func(a, b string) int { return slices.Index(tpcc.Policies, a) - slices.Index(tpcc.Policies, b) })
+	return o, o.validate()
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.store == "mysql":
+		return errors.New("--store mysql is not supported yet; use --store postgres")
+	case o.store != "postgres":
+		return fmt.Errorf("--store %q is not a store; use postgres", o.store)
+	case o.warehouses < 1 || o.terminals < 1:
+		return errors.New("--warehouses and --terminals must be at least 1")
+	case o.items < 100 || o.customers < 10:
+		return errors.New("--items must be at least 100 and --customers at least 10")
+	case o.duration <= 0 || o.warmup < 0:
+		return errors.New("--duration must be positive and --warmup not negative")
+	}
+	return nil
+}

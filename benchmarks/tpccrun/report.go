@@ -1,0 +1,116 @@
+package tpccrun
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/tpcc"
+)
+
+// report is the JSON file.
+type report struct {
+	Env         bench.Environment `json:"environment"`
+	Warehouses  int               `json:"warehouses"`
+	Terminals   int               `json:"terminals_per_warehouse"`
+	Items       int               `json:"items"`
+	Customers   int               `json:"customers_per_district"`
+	Warmup      string            `json:"warmup"`
+	Duration    string            `json:"duration"`
+	Deviations  []string          `json:"deviations"`
+	Policies    []tpcc.Outcome    `json:"policies"`
+	Ratios      map[string]string `json:"ratios"`
+	Consistency string            `json:"consistency"`
+}
+
+func printTables(w io.Writer, rs []tpcc.Outcome) {
+	var t bench.Table
+	t.Header = []string{"policy", "tpmC", "tx/s", "retries", "rollbacks", "load", "flush", "pinned max", "consistency"}
+	for _, r := range rs {
+		var retries, rollbacks int64
+		for _, s := range r.Kinds {
+			retries += s.Retries
+			rollbacks += s.Rollbacks
+		}
+		pinned := "-"
+		if r.Policy != bench.Database {
+			m := 0.0
+			for _, s := range r.Pinned {
+				m = max(m, s.V)
+			}
+			pinned = fmt.Sprintf("%.1fKiB", m/1024)
+		}
+		flush := "-"
+		if r.Policy != bench.Database {
+			flush = fmt.Sprintf("%.2fs", r.FlushSeconds)
+		}
+		verdict := "ok (1-4, work)"
+		if !r.Check.OK() {
+			verdict = fmt.Sprintf("FAILED (%d)", len(r.Check.Violations))
+		}
+		t.Add(r.Policy, r.TpmC, r.TxPerSec, retries, rollbacks, fmt.Sprintf("%.1fs", r.LoadSeconds), flush, pinned, verdict)
+	}
+	fmt.Fprintln(w, t.String())
+	var l bench.Table
+	l.Header = []string{"policy", "transaction", "count", "p50 ms", "p90 ms", "p99 ms", "retries"}
+	for _, r := range rs {
+		for _, k := range tpcc.Kinds {
+			s := r.Kinds[k.String()]
+			l.Add(r.Policy, k.String(), s.Committed+s.Rollbacks, s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Retries)
+		}
+	}
+	fmt.Fprintln(w, l.String())
+}
+
+func plot(o *options, rs []tpcc.Outcome) ([]string, error) {
+	prefix := filepath.Join(o.out, "tpcc-"+o.store)
+	var paths []string
+	var tpm []bench.Series
+	for _, r := range rs {
+		tpm = append(tpm, bench.Series{Name: r.Policy, Y: []float64{r.TpmC}})
+	}
+	title := fmt.Sprintf("TPC-C, %d warehouses × %d terminals, %s measured", o.warehouses, o.terminals, o.duration)
+	p := prefix + "-tpmc.png"
+	if err := bench.Bars(p, bench.Figure{Title: title, YLabel: "tpmC (New-Orders per minute)"}, []string{"tpmC"}, tpm); err != nil {
+		return nil, err
+	}
+	paths = append(paths, p)
+	var groups []string
+	for _, k := range tpcc.Kinds {
+		groups = append(groups, k.String())
+	}
+	var p90 []bench.Series
+	for _, r := range rs {
+		s := bench.Series{Name: r.Policy}
+		for _, k := range tpcc.Kinds {
+			s.Y = append(s.Y, r.Kinds[k.String()].Latency.P90)
+		}
+		p90 = append(p90, s)
+	}
+	p = prefix + "-p90.png"
+	if err := bench.Bars(p, bench.Figure{Title: title, YLabel: "p90 latency (ms)"}, groups, p90); err != nil {
+		return nil, err
+	}
+	paths = append(paths, p)
+	var mem []bench.Series
+	for _, r := range rs {
+		if r.Policy == bench.Database || len(r.Pinned) == 0 {
+			continue
+		}
+		s := bench.Series{Name: r.Policy}
+		for _, v := range r.Pinned {
+			s.X, s.Y = append(s.X, v.T), append(s.Y, v.V/1024)
+		}
+		mem = append(mem, s)
+	}
+	if len(mem) > 0 {
+		p = prefix + "-pinned.png"
+		f := bench.Figure{Title: "TPC-C: pinned session memory (paper Fig. 7c); warm-up before 0 s", XLabel: "time (s)", YLabel: "pinned memory (KiB)", YFromZero: true}
+		if err := bench.Lines(p, f, mem); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}

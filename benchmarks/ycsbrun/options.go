@@ -1,0 +1,161 @@
+package ycsbrun
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/ycsb"
+)
+
+// options are the command's flags, validated.
+type options struct {
+	stores         []string
+	workloads      []string
+	policies       []string
+	records        int64
+	fields         int
+	fieldSize      int
+	threads        int
+	duration       time.Duration
+	warmup         time.Duration
+	distribution   string
+	updateAll      bool
+	scanLength     int
+	out            string
+	quick          bool
+	seed           uint64
+	compare        bool
+	sweepWorkers   []int
+	sweepWorkloads []string
+	sweepDuration  time.Duration
+	batchSize      int // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
+	table          string
+	redis          string
+	pgDSN          string
+	mysqlDSN       string
+	mongoURI       string
+	mongoDatabase  string
+	args           []string
+
+	// beforeVerify, if set, is called after each run's flush, before the
+	// table is verified (tests use it to tamper with the table).
+	beforeVerify func(ctx context.Context, db *ycsb.DB, spec ycsb.Spec, updated []string) error
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{args: args}
+	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stores := fs.String("store", ycsb.Postgres, "database(s) behind the cache, comma-separated: postgres, mysql, mongodb")
+	workloads := fs.String("workloads", "A,B,C,S", "YCSB workloads, comma-separated: A (50% read/50% update), B (95/5), C (100% read), S (95% scan of --scan-length records/5% update)")
+	policies := fs.String("policies", "all", "policies, comma-separated, or all: "+strings.Join(bench.Policies, ","))
+	fs.Int64Var(&o.records, "records", 100_000, "records in the table")
+	fs.IntVar(&o.fields, "fields", 10, "fields per record")
+	fs.IntVar(&o.fieldSize, "field-size", 100, "bytes per field value")
+	fs.IntVar(&o.threads, "threads", 8, "concurrent clients, each issuing one operation at a time")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time per run")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up of each run, after its cache warming and before the measured time")
+	fs.StringVar(&o.distribution, "distribution", "uniform", "record popularity: uniform (the paper's default) or zipfian (YCSB's scrambled zipfian, 0.99)")
+	fs.BoolVar(&o.updateAll, "update-all", false, "an update sets every field of the record, as in the paper (default: one random field, as YCSB's core workload)")
+	fs.IntVar(&o.scanLength, "scan-length", 5, "records per scan of workload S")
+	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
+	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 1s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loaded values and of the workloads")
+	fs.BoolVar(&o.compare, "compare", true, "run the policy comparison (false: only the sweep)")
+	sweep := fs.String("sweep-workers", "", "applier sweep (paper's Figure 5): write-back runs with each of these writeback.workers values, e.g. 1,2,4,8,16 (empty: no sweep)")
+	sweepWorkloads := fs.String("sweep-workloads", "A,B,S", "workloads of the applier sweep")
+	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
+	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
+	fs.StringVar(&o.table, "table", "ycsb_usertable", "table (MongoDB: collection) the runs load; also the sidecar's collection")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
+	fs.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable", "PostgreSQL DSN")
+	fs.StringVar(&o.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/writeback", "MySQL/MariaDB DSN")
+	fs.StringVar(&o.mongoURI, "mongo-uri", "mongodb://127.0.0.1:27017/", "MongoDB URI")
+	fs.StringVar(&o.mongoDatabase, "mongo-database", "ycsb", "MongoDB database")
+	if err := bench.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if o.quick {
+		quick := map[string]string{"records": "5000", "duration": "2s", "warmup": "1s", "sweep-workers": "1,4,16"}
+		if err := bench.QuickDefaults(fs, quick); err != nil {
+			return nil, err
+		}
+	}
+	if o.sweepDuration <= 0 {
+		o.sweepDuration = o.duration
+	}
+	// A MongoDB URI needs a "/" before its options, which the
+	// asynchronous run adds (bench.AsyncDSN).
+	if u, err := url.Parse(o.mongoURI); err == nil && u.Path == "" {
+		u.Path = "/"
+		o.mongoURI = u.String()
+	}
+	var err error
+	if o.stores, err = bench.ParseList("--store", *stores, []string{ycsb.Postgres, ycsb.MySQL, ycsb.MongoDB}); err != nil {
+		return nil, err
+	}
+	if o.workloads, err = bench.ParseList("--workloads", *workloads, workloadNames); err != nil {
+		return nil, err
+	}
+	if o.sweepWorkloads, err = bench.ParseList("--sweep-workloads", *sweepWorkloads, workloadNames); err != nil {
+		return nil, err
+	}
+	if o.policies, err = bench.ParsePolicies(*policies); err != nil {
+		return nil, fmt.Errorf("--policies: %w", err)
+	}
+	if o.sweepWorkers, err = bench.ParseInts("--sweep-workers", *sweep, 256); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.threads < 1:
+		return nil, fmt.Errorf("--threads %d: need at least one", o.threads)
+	case o.records < int64(o.threads):
+		return nil, fmt.Errorf("--records %d: need at least one per thread (%d)", o.records, o.threads)
+	case o.duration <= 0 || o.warmup < 0:
+		return nil, errors.New("--duration must be positive and --warmup not negative")
+	case o.batchSize < 0:
+		return nil, fmt.Errorf("--batch-size %d: use 0 (the default) or more", o.batchSize)
+	case o.scanLength < 1 || o.scanLength > 1000:
+		return nil, fmt.Errorf("--scan-length %d: use 1 to 1000", o.scanLength)
+	case !o.compare && len(o.sweepWorkers) == 0:
+		return nil, errors.New("--compare=false leaves nothing to run; give --sweep-workers too")
+	}
+	if err := o.spec().Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := ycsb.NewChooser(o.distribution, o.records); err != nil {
+		return nil, fmt.Errorf("--distribution: %w", err)
+	}
+	return o, nil
+}
+
+func (o *options) spec() ycsb.Spec {
+	return ycsb.Spec{Table: o.table, Records: o.records, Fields: o.fields, FieldSize: o.fieldSize}
+}
+
+// batch is the sidecar's writeback.batchSize on a store; 0 leaves the
+// sidecar's default.
+func (o *options) batch(store string) int {
+	if o.batchSize == 0 && store == ycsb.MongoDB {
+		return 16
+	}
+	return o.batchSize
+}
+
+// dsn is the DSN (MongoDB: URI) of a store.
+func (o *options) dsn(store string) string {
+	switch store {
+	case ycsb.MySQL:
+		return o.mysqlDSN
+	case ycsb.MongoDB:
+		return o.mongoURI
+	}
+	return o.pgDSN
+}
