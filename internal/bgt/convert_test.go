@@ -3,7 +3,6 @@ package bgt
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -22,55 +21,12 @@ import (
 	"github.com/writeback/writeback/internal/testenv"
 )
 
-func docSchema(t *testing.T) *change.Schema {
-	t.Helper()
-	s, err := change.NewDynamicSchema("_id")
-	require.NoError(t, err)
-	return s
-}
-
 func mustPatch(t *testing.T, s *change.Schema, seq int64, body string) change.Change {
 	t.Helper()
 	c, err := change.ParsePatch(s, []byte(body))
 	require.NoError(t, err)
 	c.Seq = seq
 	return c
-}
-
-func TestConvertPure(t *testing.T) {
-	s := docSchema(t)
-	doc := change.Doc{"_id": json.RawMessage(`"a"`), "n": json.RawMessage(`1`), "tags": json.RawMessage(`["x"]`)}
-	in := []change.Change{
-		mustPatch(t, s, 5, `{"$inc":{"n":2}}`),
-		mustPatch(t, s, 6, `{"$addToSet":{"tags":"y"}}`),
-		mustPatch(t, s, 7, `{"$pull":{"tags":"y"}}`),
-		mustPatch(t, s, 8, `{"$push":{"log":1}}`),
-	}
-	out, err := Convert(doc, in)
-	require.NoError(t, err)
-	require.Less(t, len(out), len(in), "compacted")
-	for _, c := range out {
-		require.True(t, change.IsIdempotent(c), "%+v", c)
-	}
-	require.Equal(t, int64(8), out[len(out)-1].Seq, "the last seq survives")
-	want, err := change.ApplyAll(doc, in)
-	require.NoError(t, err)
-	got, err := change.ApplyAll(doc, out)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-	again, err := change.ApplyAll(got, out)
-	require.NoError(t, err)
-	require.Equal(t, want, again, "a replay of the converted changes is harmless")
-
-	// A patch of a missing document does nothing.
-	out, err = Convert(nil, []change.Change{mustPatch(t, s, 9, `{"$inc":{"n":1}}`)})
-	require.NoError(t, err)
-	require.Equal(t, []change.Change{{Seq: 9, Kind: change.Patch}}, out)
-
-	// A change that cannot apply is a type error.
-	_, err = Convert(doc, []change.Change{mustPatch(t, s, 10, `{"$push":{"n":1}}`)})
-	var te *change.TypeError
-	require.True(t, errors.As(err, &te), "%v", err)
 }
 
 // mongoWorld is an applier over one MongoDB-wire collection with real
