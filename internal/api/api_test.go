@@ -366,13 +366,8 @@ func TestRequestMetrics(t *testing.T) {
 }
 
 // The op label of writeback_requests_total takes the values docs/api.md
-// lists, whatever endpoint is called.
-//
-// BUG (internal/api New, or docs/api.md's Metrics section): the
-// dead-letter endpoints GET /v1/deadletters and POST
-// /v1/deadletters/{action} count under op="deadletters", which the
-// documented list ("get put patch delete scan flush status session cache
-// queues other") does not have.
+// lists, whatever endpoint is called (the dead-letter endpoints count under
+// op="deadletters", which the list once missed).
 func TestRequestMetricOps(t *testing.T) {
 	w := newWorld(t, opts{sessions: true})
 	documented := map[string]bool{}

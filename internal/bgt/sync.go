@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/session"
@@ -76,8 +77,14 @@ func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
 	attempt := 0
 	lastTotal := int64(-1)
 	for {
+		if ctx.Err() != nil {
+			return a.flushCut(res), nil
+		}
 		counts, err := a.buf.PendingCounts(ctx, all)
 		if err != nil {
+			if ctx.Err() != nil {
+				return a.flushCut(res), nil
+			}
 			return res, err
 		}
 		var todo []int
@@ -103,15 +110,13 @@ func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
 			return a.ApplyRound(ctx, chunk)
 		})
 		res.Applied += applied
-		if ctx.Err() != nil {
-			st, _ := a.buf.Stats(context.Background())
-			res.Pending = st.PendingChanges
-			return res, nil
-		}
-		if lastErr != nil {
+		if lastErr != nil && ctx.Err() == nil {
 			attempt++
 			_ = pause(ctx, Backoff(a.cfg.RetryBackoff, attempt))
 			continue
+		}
+		if ctx.Err() != nil {
+			return a.flushCut(res), nil
 		}
 		if res.Applied == before && total == lastTotal {
 			// Two passes without progress or error: what is left belongs
@@ -122,6 +127,18 @@ func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
 		}
 		lastTotal = total
 	}
+}
+
+// flushCut is the result of a flush whose time ran out: what it applied,
+// and what is still pending (read on a context of its own, since the
+// flush's is done). It is not an error: the caller reports the pending
+// changes.
+func (a *Applier) flushCut(res FlushResult) FlushResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, _ := a.buf.Stats(ctx)
+	res.Pending = st.PendingChanges
+	return res
 }
 
 // applyThroughAttempts bounds the transient failures a miss rides out
