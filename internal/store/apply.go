@@ -81,7 +81,10 @@ type applyPlan struct {
 	// puts are left to the driver: an upsert is not spelled the same, nor
 	// equally safe, in both databases.
 	puts    []*putGroup
-	stmts   []plannedStmt   // the deletes and patches
+	deletes []*query
+	// patches are left to the driver too: neither database spells a
+	// set-based UPDATE like the other, nor tells the rows it matched alike.
+	patches []*patchGroup
 	records []AppliedRecord // the records to move forward, in lock order
 }
 
@@ -94,16 +97,10 @@ type putGroup struct {
 	rows [][]any
 }
 
-// plannedStmt is one effect statement; patch is the index of the write whose
-// Missing flag its row count decides, or -1.
-type plannedStmt struct {
-	q     *query
-	patch int
-}
-
 // plan keeps, for each write, the changes past its applied seq, compacts
-// them, and builds the effect statements: the rows to put, grouped by table
-// (and column set), one DELETE per table, one UPDATE per patch.
+// them, and gathers the effects set-based: the rows to put, grouped by table
+// and column set; one DELETE per table; the patches grouped by table and
+// shape (patchGroup), one UPDATE each.
 //
 // row reads (and locks) a row in the transaction; it is called only for
 // patches with operators inside JSON columns, which are computed here from
@@ -118,7 +115,7 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table
 	var dels []*delGroup
 	putIndex := map[string]int{}
 	delIndex := map[string]int{}
-	var patches []plannedStmt
+	var patches patchGroups
 	for _, i := range b.order {
 		w := &b.writes[i]
 		r := &p.results[i]
@@ -163,20 +160,18 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table
 					return nil, err
 				}
 			}
-			q, err := patchQuery(d, w.Table, w.ID, e)
+			cols, vals, err := patchRow(w.Table, w.ID, e)
 			if err != nil {
 				return nil, err
 			}
-			patches = append(patches, plannedStmt{q: q, patch: i})
+			patches.add(w.Table, cols, w.ID, i, vals)
 		}
 		p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
 	}
 	for _, g := range dels {
-		for _, q := range deleteQueries(d, g.t, g.ids) {
-			p.stmts = append(p.stmts, plannedStmt{q: q, patch: -1})
-		}
+		p.deletes = append(p.deletes, deleteQueries(d, g.t, g.ids)...)
 	}
-	p.stmts = append(p.stmts, patches...)
+	p.patches = patches.list
 	return p, nil
 }
 
