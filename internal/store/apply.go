@@ -81,12 +81,21 @@ type applyPlan struct {
 	// puts are left to the driver: an upsert is not spelled the same, nor
 	// equally safe, in both databases.
 	puts    []*putGroup
-	deletes []*query
+	deletes []*delGroup
 	// patches are left to the driver too: neither database spells a
 	// set-based UPDATE like the other, nor tells the rows it matched alike.
 	patches []*patchGroup
 	records []AppliedRecord // the records to move forward, in lock order
 }
+
+// delGroup is the rows that Delete effects remove from one table.
+type delGroup struct {
+	t   *Table
+	ids []any // the keys, as statement arguments
+}
+
+// queries are the DELETE statements of the group.
+func (g *delGroup) queries(d dialect) []*query { return deleteQueries(d, g.t, g.ids) }
 
 // putGroup is the rows that Put effects write into one table, all with the
 // same columns.
@@ -106,13 +115,8 @@ type putGroup struct {
 // patches with operators inside JSON columns, which are computed here from
 // the row's current value — exactly once, since the applied records are
 // locked by the same transaction.
-func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table, id string) (change.Doc, error)) (*applyPlan, error) {
+func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string) (change.Doc, error)) (*applyPlan, error) {
 	p := &applyPlan{results: make([]Result, len(b.writes))}
-	type delGroup struct {
-		t   *Table
-		ids []any
-	}
-	var dels []*delGroup
 	putIndex := map[string]int{}
 	delIndex := map[string]int{}
 	var patches patchGroups
@@ -149,11 +153,11 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table
 		case change.Delete:
 			gi, ok := delIndex[w.Table.Name]
 			if !ok {
-				gi = len(dels)
+				gi = len(p.deletes)
 				delIndex[w.Table.Name] = gi
-				dels = append(dels, &delGroup{t: w.Table})
+				p.deletes = append(p.deletes, &delGroup{t: w.Table})
 			}
-			dels[gi].ids = append(dels[gi].ids, w.ID)
+			p.deletes[gi].ids = append(p.deletes[gi].ids, w.ID)
 		case change.Patch:
 			if len(e.JSON) > 0 {
 				if err := foldJSON(&e, w, row); err != nil {
@@ -167,9 +171,6 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table
 			patches.add(w.Table, cols, w.ID, i, vals)
 		}
 		p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
-	}
-	for _, g := range dels {
-		p.deletes = append(p.deletes, deleteQueries(d, g.t, g.ids)...)
 	}
 	p.patches = patches.list
 	return p, nil

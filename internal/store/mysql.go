@@ -22,8 +22,9 @@ import (
 // (interpolateParams), so every statement is one round trip and every
 // value reads back as the server's text, like PostgreSQL's col::text.
 type myStore struct {
-	db     *sql.DB
-	dbName string // the DSN's database: unqualified table names live there
+	db      *sql.DB
+	applyDB *sql.DB // Apply's: multiStatements on
+	dbName  string  // the DSN's database: unqualified table names live there
 
 	// tables caches what Scan and Apply need to know of a table beyond
 	// its Table; Describe refreshes it.
@@ -106,6 +107,36 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	cfg.MultiStatements = false
 	cfg.ParseTime = false      // dates read back as the server's text
 	cfg.ClientFoundRows = true // UPDATE counts matched rows: a patch of an unchanged row is not Missing
+	db, err := myPool(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	// Apply's own pool sends several statements of its own making per
+	// round trip (see Apply); nothing else may: the sessions' statements
+	// come from applications.
+	multi := cfg.Clone()
+	multi.MultiStatements = true
+	applyDB, err := myPool(multi, o)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &myStore{db: db, applyDB: applyDB, dbName: cfg.DBName}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	// CREATE TABLE IF NOT EXISTS is atomic under the server's metadata
+	// lock: of two concurrent creators one creates, the other gets a note.
+	if _, err := db.ExecContext(ctx, myAppliedDDL); err != nil {
+		s.Close()
+		return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
+	}
+	return s, nil
+}
+
+// myPool is a pool of connections of cfg.
+func myPool(cfg *mysql.Config, o Options) (*sql.DB, error) {
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: mysql: %w", err)
@@ -115,18 +146,7 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &myStore{db: db, dbName: cfg.DBName}
-	if err := s.Ping(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	// CREATE TABLE IF NOT EXISTS is atomic under the server's metadata
-	// lock: of two concurrent creators one creates, the other gets a note.
-	if _, err := db.ExecContext(ctx, myAppliedDDL); err != nil {
-		db.Close()
-		return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
-	}
-	return s, nil
+	return db, nil
 }
 
 // myDialect is MySQL's and MariaDB's SQL.
@@ -493,7 +513,7 @@ func (s *myStore) Ping(ctx context.Context) error {
 }
 
 // Close releases the connection pool.
-func (s *myStore) Close() error { return s.db.Close() }
+func (s *myStore) Close() error { return errors.Join(s.db.Close(), s.applyDB.Close()) }
 
 // myPermanentErrors are the server errors the data causes, which retrying
 // cannot cure (MySQL and MariaDB share these numbers).

@@ -27,16 +27,6 @@ type patchGroup struct {
 	rows   [][]any // per row: per column of cols, the value or the amounts
 }
 
-// width is the number of values of one row: one per set column, one per
-// amount.
-func (g *patchGroup) width() int {
-	n := 0
-	for _, pc := range g.cols {
-		n += max(1, pc.amounts)
-	}
-	return n
-}
-
 // patchGroups gathers a batch's patches into groups, in first-seen order.
 type patchGroups struct {
 	list  []*patchGroup

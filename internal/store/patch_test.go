@@ -258,7 +258,7 @@ func TestApplyPatchShapes(t *testing.T) {
 				},
 				seed: func() map[string]map[string]string {
 					m := map[string]map[string]string{}
-					for i := range 30 {
+					for i := range 40 {
 						id := fmt.Sprint(i)
 						m[id] = map[string]string{"id": id, "v": "null"}
 					}
@@ -266,7 +266,7 @@ func TestApplyPatchShapes(t *testing.T) {
 				}(),
 				batch: func() []twinWrite {
 					var ws []twinWrite
-					for i := range 32 { // 30 and 31 are missing
+					for i := range 42 { // 40 and 41 are missing
 						ws = append(ws, twinWrite{coll: "a", id: fmt.Sprint(i), changes: []change.Change{set(10, map[string]string{"v": `"` + big + fmt.Sprint(i) + `"`})}})
 					}
 					return ws
@@ -388,6 +388,49 @@ func TestApplyPatchErrors(t *testing.T) {
 				assert.Equal(t, int64(1), seq)
 			})
 		}
+	})
+}
+
+// A store patches a table that another store described: it finds the
+// columns' types itself (PostgreSQL casts the values to them).
+func TestApplyPatchUndescribed(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		tbl := h.describe(t, numbersDDL)
+		other, err := Open(t.Context(), h.driver, h.dsn)
+		require.NoError(t, err)
+		defer other.Close()
+		coll := testenv.UniqueName(t, "c")
+		h.apply(t, Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{put(1, map[string]string{"id": "1", "n": "1"})}})
+		res, err := other.Apply(t.Context(), []Write{
+			{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{set(2, map[string]string{"s": `"x"`, "f": "2.5"}), inc(3, "n", "4")}},
+			{Collection: coll, Table: tbl, ID: "2", Changes: []change.Change{set(1, map[string]string{"s": `"y"`})}},
+		})
+		require.NoError(t, err)
+		assert.Equal(t, []Result{{Applied: 2, LastSeq: 3}, {Applied: 1, LastSeq: 1, Missing: true}}, res)
+		got, seq := h.read(t, tbl, coll, "1")
+		assert.Equal(t, map[string]string{"id": "1", "n": "5", "f": "2.5", "s": `"x"`, "note": "null"}, got)
+		assert.Equal(t, int64(3), seq)
+	})
+}
+
+// A batch whose head was applied before is planned from its tail: a
+// patch after a delete applied earlier finds no row instead of failing as
+// the whole run (delete, patch) would.
+func TestApplyReplayedTail(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		tbl := h.describe(t, numbersDDL)
+		coll := testenv.UniqueName(t, "c")
+		h.apply(t, Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{put(1, map[string]string{"id": "1", "n": "1"}), del(2)}})
+		res := h.apply(t,
+			Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{del(2), inc(3, "n", "1")}},
+			Write{Collection: coll, Table: tbl, ID: "2", Changes: []change.Change{put(1, map[string]string{"id": "2", "n": "2"})}},
+		)
+		assert.Equal(t, []Result{{Applied: 1, Skipped: 1, LastSeq: 3, Missing: true}, {Applied: 1, LastSeq: 1}}, res)
+		d, seq := h.read(t, tbl, coll, "1")
+		assert.Nil(t, d)
+		assert.Equal(t, int64(3), seq)
+		d, _ = h.read(t, tbl, coll, "2")
+		assert.Equal(t, "2", d["n"])
 	})
 }
 

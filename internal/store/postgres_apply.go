@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/writeback/writeback/internal/change"
 )
@@ -34,13 +35,24 @@ FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS u(c, i, p, s)
 WHERE a.collection = u.c AND a.id = u.i`
 )
 
-// Apply applies writes exactly once in one transaction and two round trips:
+// Apply applies writes exactly once in one transaction, in one round trip
+// when it can and two when it must:
 //
 //	batch 1: BEGIN; insert the missing records (seq 0); lock them all
 //	         FOR UPDATE in (collection, id) order, reading their seqs
 //	batch 2: the effect statements (one DELETE per table, one UPDATE per
 //	         table and patch shape, one upsert per table and column set for
 //	         the puts); move the records' seqs; COMMIT
+//
+// Usually no change of the batch was applied before (replays follow only
+// crashes and takeovers), and then the effects do not depend on the seqs
+// batch 1 reads: Apply first sends one batch, planned as if every record's
+// seq were below its write's first change — BEGIN; insert the missing
+// records; lock them, check that assumption and move them to their last
+// seqs in one statement (pgMoveRecordsSQL); the effects; COMMIT — and the
+// check aborts the transaction if the assumption is wrong (errBehind).
+// Only then, or when a patch must read its row first (operators inside
+// JSON columns), does it take the two round trips.
 //
 // A deadlock or serialization failure reruns the whole transaction.
 func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
@@ -53,6 +65,29 @@ func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
 	}
 	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
 }
+
+// errBehind says that a record of the batch is not behind its write's
+// first change, so the single-round-trip plan does not hold; errNeedsRow,
+// that a patch needs its row read first.
+var (
+	errBehind   = errors.New("store: apply: a change of the batch was applied before")
+	errNeedsRow = errors.New("store: apply: a patch reads its row")
+)
+
+// pgMoveRecordsSQL is the single round trip's record statement: it locks
+// the records in (collection, id) order as pgLockRecordsSQL does (FOR
+// UPDATE in READ COMMITTED reads the latest committed seq), moves them to
+// their writes' last seq, and fails (division by zero) unless every seq it
+// locked was below its write's first change: only then does the plan hold.
+// (The FROM subquery returns the values the UPDATE replaces.)
+const pgMoveRecordsSQL = `UPDATE ` + AppliedTable + ` AS a SET part = o.p, seq = o.s
+FROM (SELECT l.collection, l.id, l.seq, u.p, u.s, u.f FROM ` + AppliedTable + ` AS l
+	JOIN unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[]) AS u(c, i, p, s, f)
+	ON l.collection = u.c AND l.id = u.i
+	ORDER BY l.collection, l.id
+	FOR UPDATE OF l) AS o
+WHERE a.collection = o.collection AND a.id = o.id
+RETURNING 1 / (o.seq < o.f)::int`
 
 func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
 	conn, err := s.pool.Acquire(ctx)
@@ -68,11 +103,21 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		}
 	}()
 
+	// A plan that fails as if every change applied may not fail for the
+	// changes that do (a patch after a delete that was applied before):
+	// only the second plan's errors count.
+	if plan, err := b.plan(nil, func(*Table, string) (change.Doc, error) { return nil, errNeedsRow }); err == nil {
+		res, err := s.applyPlan(ctx, conn.Conn(), plan, b)
+		if !errors.Is(err, errBehind) {
+			return res, err
+		}
+	}
+
 	applied, err := pgLockRecords(ctx, conn.Conn(), b)
 	if err != nil {
 		return nil, wrapErr("apply: lock applied records", err, pgPermanent)
 	}
-	plan, err := b.plan(pgDialect{}, applied, func(t *Table, id string) (change.Doc, error) {
+	plan, err := b.plan(applied, func(t *Table, id string) (change.Doc, error) {
 		q := lockRowQuery(pgDialect{}, t, id)
 		cells, err := pgScanRow(conn.Conn().QueryRow(ctx, q.String(), q.args...), t)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -86,21 +131,45 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 	if err != nil {
 		return nil, err
 	}
+	return s.applyPlan(ctx, conn.Conn(), plan, nil)
+}
 
+// applyPlan sends the effect statements of plan, moves the records and
+// commits, in one round trip. With lock set, the batch begins with batch 1
+// of Apply and the check that the plan holds (pgCheckBehindSQL); if it
+// does not, the transaction is rolled back and errBehind returned.
+func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan, lock *applyBatch) ([]Result, error) {
 	casts := make([]map[string]string, len(plan.patches))
 	for i, g := range plan.patches {
-		if casts[i], err = s.casts(ctx, conn.Conn(), g.t); err != nil {
+		var err error
+		if casts[i], err = s.casts(ctx, conn, g.t); err != nil {
 			return nil, wrapErr("apply: describe "+g.t.Name, err, pgPermanent)
 		}
 	}
-	// ON CONFLICT (key) fires on the primary key only: a put that breaks
-	// another unique constraint fails, as it should.
-	var puts []*query
-	for _, g := range plan.puts {
-		puts = append(puts, putQueries(pgDialect{}, g.t, g.cols, g.rows, true)...)
+	var cols, ids []string
+	var parts, seqs []int64
+	for _, r := range plan.records {
+		cols, ids = append(cols, r.Collection), append(ids, r.ID)
+		parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
 	}
 	batch := &pgx.Batch{}
-	for _, q := range plan.deletes {
+	if lock != nil {
+		// Every write applies whole (the plan assumed so): the records
+		// are the batch's documents in lock order.
+		firsts := make([]int64, len(lock.order))
+		for j, i := range lock.order {
+			firsts[j] = lock.writes[i].Changes[0].Seq
+		}
+		_, _, lockParts := lock.keys()
+		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLockRecords
+		batch.Queue(pgInsertRecordsSQL, cols, ids, lockParts)
+		batch.Queue(pgMoveRecordsSQL, cols, ids, parts, seqs, firsts)
+	}
+	var deletes []*query
+	for _, g := range plan.deletes {
+		deletes = append(deletes, g.queries(pgDialect{})...)
+	}
+	for _, q := range deletes {
 		batch.Queue(q.String(), q.args...)
 	}
 	for i, g := range plan.patches {
@@ -110,22 +179,46 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		}
 		batch.Queue(q.String(), q.args...)
 	}
+	// ON CONFLICT (key) fires on the primary key only: a put that breaks
+	// another unique constraint fails, as it should.
+	var puts []*query
+	for _, g := range plan.puts {
+		puts = append(puts, putQueries(pgDialect{}, g.t, g.cols, g.rows, true)...)
+	}
 	for _, q := range puts {
 		batch.Queue(q.String(), q.args...)
 	}
-	if len(plan.records) > 0 {
-		var cols, ids []string
-		var parts, seqs []int64
-		for _, r := range plan.records {
-			cols, ids = append(cols, r.Collection), append(ids, r.ID)
-			parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
-		}
+	if lock == nil && len(plan.records) > 0 {
 		batch.Queue(pgUpdateRecordsSQL, cols, ids, parts, seqs)
 	}
 	batch.Queue("COMMIT")
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
-	for range plan.deletes {
+	if lock != nil {
+		for range 2 { // BEGIN, insert
+			if _, err := br.Exec(); err != nil {
+				return nil, wrapErr("apply: lock applied records", err, pgPermanent)
+			}
+		}
+		tag, err := br.Exec()
+		if err == nil && tag.RowsAffected() != int64(len(ids)) {
+			err = fmt.Errorf("store: apply: moved %d applied records, expected %d", tag.RowsAffected(), len(ids))
+		}
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero
+				// The server skipped the rest of the batch, COMMIT
+				// included: the transaction is left failed.
+				_ = br.Close()
+				if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+					return nil, wrapErr("apply: rollback", err, pgPermanent)
+				}
+				return nil, errBehind
+			}
+			return nil, wrapErr("apply: lock applied records", err, pgPermanent)
+		}
+	}
+	for range deletes {
 		if _, err := br.Exec(); err != nil {
 			return nil, wrapErr("apply", err, pgPermanent)
 		}
@@ -140,7 +233,7 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 			return nil, wrapErr("apply", err, pgPermanent)
 		}
 	}
-	if len(plan.records) > 0 {
+	if lock == nil && len(plan.records) > 0 {
 		if _, err := br.Exec(); err != nil {
 			return nil, wrapErr("apply: update applied records", err, pgPermanent)
 		}

@@ -139,20 +139,24 @@ func chunkLen(rows [][]any) int {
 	size := 0
 	for i, row := range rows[:n] {
 		for _, v := range row {
-			switch v := v.(type) {
-			case string:
-				size += len(v)
-			case []byte:
-				size += len(v)
-			default:
-				size += 8
-			}
+			size += argBytes(v)
 		}
 		if i > 0 && size > maxStmtBytes {
 			return i
 		}
 	}
 	return n
+}
+
+// argBytes estimates the bytes of a statement argument.
+func argBytes(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []byte:
+		return len(v)
+	}
+	return 8
 }
 
 // putQueries inserts rows (each a value per column of cols, in order) into
