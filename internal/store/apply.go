@@ -172,7 +172,7 @@ func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string
 		}
 		p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
 	}
-	p.patches = patches.list
+	p.patches = patches.ordered()
 	return p, nil
 }
 

@@ -25,6 +25,9 @@ type myStore struct {
 	db      *sql.DB
 	applyDB *sql.DB // Apply's: multiStatements on
 	dbName  string  // the DSN's database: unqualified table names live there
+	// returning: the server has INSERT … RETURNING (MariaDB 10.5+), which
+	// Apply's record insert uses to read the seqs it locks.
+	returning bool
 
 	// tables caches what Scan and Apply need to know of a table beyond
 	// its Table; Describe refreshes it.
@@ -132,7 +135,26 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 		s.Close()
 		return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
 	}
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		s.Close()
+		return nil, wrapErr("mysql: version", err, myPermanent)
+	}
+	s.returning = insertReturning(version)
 	return s, nil
+}
+
+// insertReturning reports whether a server of this VERSION() has INSERT …
+// RETURNING: MariaDB from 10.5 on; no MySQL.
+func insertReturning(version string) bool {
+	if !strings.Contains(version, "MariaDB") {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 10 || major == 10 && minor >= 5
 }
 
 // myPool is a pool of connections of cfg.

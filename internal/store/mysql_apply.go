@@ -21,7 +21,8 @@ import (
 //
 //  1. START TRANSACTION; INSERT … ON DUPLICATE KEY UPDATE seq = seq of all
 //     records in (collection, id) order, which creates the missing ones and
-//     X-locks the others in that order; SELECT … FOR UPDATE of their seqs;
+//     X-locks the others in that order; SELECT … FOR UPDATE of their seqs
+//     (MariaDB: RETURNING them from the insert);
 //     per table, SELECT … FOR UPDATE of the batch's rows, which tells the
 //     rows that exist (and keeps them so).
 //  2. the effects — one upsert per table and column set for the puts (into
@@ -56,7 +57,7 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		}
 	}()
 
-	applied, exists, err := myLock(ctx, conn, b)
+	applied, exists, err := myLock(ctx, conn, b, s.returning)
 	if err != nil {
 		return nil, wrapErr("apply: lock applied records", err, myPermanent)
 	}
@@ -191,9 +192,9 @@ func myKeyArg(t *Table, id string) (any, error) {
 
 // myLock runs Apply's first round trip: it begins the transaction, creates
 // the missing records of b and locks them all in (collection, id) order,
-// reads their seqs, and locks the rows of b's documents, returning which
-// exist (by table name, then key).
-func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch) (map[docKey]int64, map[string]map[string]bool, error) {
+// reads their seqs (with returning, from the insert itself), and locks the
+// rows of b's documents, returning which exist (by table name, then key).
+func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) (map[docKey]int64, map[string]map[string]bool, error) {
 	d := myDialect{}
 	cols, ids, parts := b.keys()
 	q := newQuery(d).add("START TRANSACTION; INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
@@ -206,14 +207,21 @@ func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch) (map[docKey]int6
 	// Unlike INSERT IGNORE, which takes shared locks on the existing rows
 	// and would have two appliers deadlock upgrading them, the no-op
 	// update takes the exclusive lock at once.
-	q.add(" ON DUPLICATE KEY UPDATE seq = seq; SELECT collection, id, seq FROM ", AppliedTable, " WHERE ")
-	for i := range ids {
-		if i > 0 {
-			q.add(" OR ")
+	q.add(" ON DUPLICATE KEY UPDATE seq = seq")
+	if returning {
+		// The rows as the no-op update left them: the latest seqs,
+		// which the lock protects.
+		q.add(" RETURNING collection, id, seq")
+	} else {
+		q.add("; SELECT collection, id, seq FROM ", AppliedTable, " WHERE ")
+		for i := range ids {
+			if i > 0 {
+				q.add(" OR ")
+			}
+			q.add("(collection = ", q.arg(cols[i]), " AND id = ", q.arg(ids[i]), ")")
 		}
-		q.add("(collection = ", q.arg(cols[i]), " AND id = ", q.arg(ids[i]), ")")
+		q.add(" ORDER BY collection, id FOR UPDATE")
 	}
-	q.add(" ORDER BY collection, id FOR UPDATE")
 	// The rows, per table in order of appearance, in chunks.
 	var tables []*Table
 	keys := map[string][]string{}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,6 +26,7 @@ type patchGroup struct {
 	ids    []string
 	writes []int   // the index of the write each row belongs to (Result.Missing)
 	rows   [][]any // per row: per column of cols, the value or the amounts
+	round  int     // see patchGroups.rounds
 }
 
 // patchGroups gathers a batch's patches into groups, in first-seen order.
@@ -35,8 +37,15 @@ type patchGroups struct {
 	// collections over one table can patch one row in the same batch; one
 	// statement must not name a row twice (PostgreSQL's UPDATE … FROM
 	// would apply only one of them), so the n-th patch of a row goes to a
-	// group of round n, which runs after the groups of the rounds before.
+	// group of round n, and the groups run round after round (ordered).
 	rounds map[string]int
+}
+
+// ordered returns the groups round by round, each round in first-seen
+// order: the patches of a row run in the batch's order.
+func (p *patchGroups) ordered() []*patchGroup {
+	slices.SortStableFunc(p.list, func(a, b *patchGroup) int { return a.round - b.round })
+	return p.list
 }
 
 // add files the patch (cols, vals) of row id of t, from write w.
@@ -50,7 +59,7 @@ func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []an
 	k := strconv.Itoa(round) + "\x00" + shapeKey(t, cols)
 	g := p.index[k]
 	if g == nil {
-		g = &patchGroup{t: t, cols: cols}
+		g = &patchGroup{t: t, cols: cols, round: round}
 		p.index[k] = g
 		p.list = append(p.list, g)
 	}

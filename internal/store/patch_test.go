@@ -196,7 +196,7 @@ func TestApplyPatchShapes(t *testing.T) {
 				seed: map[string]map[string]string{
 					"1": full("1"), "2": full("2"), "3": full("3"), "4": full("4"), "5": full("5"), "6": nulls("6"),
 					"7": full("7"), "8": nulls("8"), "9": full("9"), "10": full("10"), "11": full("11"), "12": full("12"),
-					"16": full("16"), "17": full("17"), "18": full("18"),
+					"16": full("16"), "17": full("17"), "18": full("18"), "20": full("20"),
 				},
 				prior: []twinWrite{
 					{coll: "a", id: "17", changes: []change.Change{set(10, map[string]string{"s": `"p1"`}), inc(11, "n", "1")}},
@@ -229,6 +229,11 @@ func TestApplyPatchShapes(t *testing.T) {
 					{coll: "b", id: "1", changes: []change.Change{set(10, map[string]string{"s": `"other"`})}},
 					{coll: "b", id: "5", changes: []change.Change{inc(10, "n", "10")}},
 					{coll: "b", id: "2", changes: []change.Change{inc(10, "n", "1")}},
+					// Row 20's first patch (b) makes a group after the
+					// second patches' group that its second (c) joins: the
+					// groups run round by round all the same.
+					{coll: "b", id: "20", changes: []change.Change{set(10, map[string]string{"n": "100"})}},
+					{coll: "c", id: "20", changes: []change.Change{inc(10, "n", "1")}},
 				},
 			},
 			{
@@ -418,20 +423,34 @@ func TestApplyPatchUndescribed(t *testing.T) {
 // the whole run (delete, patch) would.
 func TestApplyReplayedTail(t *testing.T) {
 	eachStore(t, func(t *testing.T, h *harness) {
-		tbl := h.describe(t, numbersDDL)
-		coll := testenv.UniqueName(t, "c")
-		h.apply(t, Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{put(1, map[string]string{"id": "1", "n": "1"}), del(2)}})
-		res := h.apply(t,
-			Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{del(2), inc(3, "n", "1")}},
-			Write{Collection: coll, Table: tbl, ID: "2", Changes: []change.Change{put(1, map[string]string{"id": "2", "n": "2"})}},
-		)
-		assert.Equal(t, []Result{{Applied: 1, Skipped: 1, LastSeq: 3, Missing: true}, {Applied: 1, LastSeq: 1}}, res)
-		d, seq := h.read(t, tbl, coll, "1")
-		assert.Nil(t, d)
-		assert.Equal(t, int64(3), seq)
-		d, _ = h.read(t, tbl, coll, "2")
-		assert.Equal(t, "2", d["n"])
+		replayedTail(t, h)
+		if my, ok := h.s.(*myStore); ok && my.returning {
+			t.Run("without INSERT … RETURNING", func(t *testing.T) {
+				my.returning = false // MySQL's way
+				replayedTail(t, h)
+			})
+		}
 	})
+}
+
+func replayedTail(t *testing.T, h *harness) {
+	tbl := h.describe(t, numbersDDL)
+	coll := testenv.UniqueName(t, "c")
+	h.apply(t, Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{put(1, map[string]string{"id": "1", "n": "1"}), del(2)}})
+	res := h.apply(t,
+		Write{Collection: coll, Table: tbl, ID: "1", Changes: []change.Change{del(2), inc(3, "n", "1")}},
+		Write{Collection: coll, Table: tbl, ID: "2", Changes: []change.Change{put(1, map[string]string{"id": "2", "n": "2"})}},
+	)
+	assert.Equal(t, []Result{{Applied: 1, Skipped: 1, LastSeq: 3, Missing: true}, {Applied: 1, LastSeq: 1}}, res)
+	d, seq := h.read(t, tbl, coll, "1")
+	assert.Nil(t, d)
+	assert.Equal(t, int64(3), seq)
+	d, _ = h.read(t, tbl, coll, "2")
+	assert.Equal(t, "2", d["n"])
+	res = h.apply(t, Write{Collection: coll, Table: tbl, ID: "2", Changes: []change.Change{put(1, nil), inc(2, "n", "3")}})
+	assert.Equal(t, []Result{{Applied: 1, Skipped: 1, LastSeq: 2}}, res)
+	d, _ = h.read(t, tbl, coll, "2")
+	assert.Equal(t, "5", d["n"])
 }
 
 func TestChunkLen(t *testing.T) {
@@ -459,5 +478,18 @@ func TestChunkLen(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, chunkLen(tc.rows))
 		})
+	}
+}
+
+func TestInsertReturning(t *testing.T) {
+	for version, want := range map[string]bool{
+		"10.11.19-MariaDB-0+deb12u1": true,
+		"10.5.2-MariaDB":             true,
+		"11.4.2-MariaDB-log":         true,
+		"10.4.34-MariaDB":            false,
+		"8.0.36":                     false,
+		"8.4.0-commercial":           false,
+	} {
+		assert.Equal(t, want, insertReturning(version), version)
 	}
 }
