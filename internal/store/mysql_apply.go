@@ -64,13 +64,7 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 	plan, err := b.plan(applied, func(t *Table, id string) (change.Doc, error) {
 		q := lockRowQuery(myDialect{}, t, id)
 		cells, err := myScanRow(conn.QueryRowContext(ctx, q.String(), q.args...).Scan, t)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, wrapErr("apply: read "+t.Name, err, myPermanent)
-		}
-		return buildDoc(t, cells)
+		return lockedRow(t, cells, err, sql.ErrNoRows, myPermanent)
 	})
 	if err != nil {
 		return nil, err
@@ -239,18 +233,15 @@ func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) 
 			chunk := tids[:min(maxArgs, len(tids))]
 			tids = tids[len(chunk):]
 			chunks = append(chunks, t)
-			q.add("; SELECT ", key, " FROM ", quoteTable(d, t.Name), " WHERE ", key, " IN (")
+			args := make([]any, len(chunk))
 			for i, id := range chunk {
-				a, err := myKeyArg(t, id)
-				if err != nil {
+				var err error
+				if args[i], err = myKeyArg(t, id); err != nil {
 					return nil, nil, err
 				}
-				if i > 0 {
-					q.add(", ")
-				}
-				q.add(q.arg(a))
 			}
-			q.add(") FOR UPDATE")
+			q.add("; SELECT ", key, " FROM ", quoteTable(d, t.Name), " WHERE ", key, " IN (")
+			q.list(len(args), func(i int) { q.add(q.arg(args[i])) }).add(") FOR UPDATE")
 		}
 	}
 	rows, err := conn.QueryContext(ctx, q.String(), q.args...)
@@ -383,16 +374,12 @@ func myPatchQuery(g *patchGroup, rows [][]any) *query {
 		if r > 0 {
 			q.add(" UNION ALL ")
 		}
-		q.add("SELECT ")
-		for i, v := range row {
-			if i > 0 {
-				q.add(", ")
-			}
-			q.add(q.arg(v))
+		q.add("SELECT ").list(len(row), func(i int) {
+			q.add(q.arg(row[i]))
 			if r == 0 {
 				q.add(" AS ", myValueName(i))
 			}
-		}
+		})
 	}
 	q.add(") AS v ON t.", d.ident(g.t.Schema.Key), " = v.k SET ")
 	in := func(col string) string { return "t." + col }

@@ -120,13 +120,7 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 	plan, err := b.plan(applied, func(t *Table, id string) (change.Doc, error) {
 		q := lockRowQuery(pgDialect{}, t, id)
 		cells, err := pgScanRow(conn.Conn().QueryRow(ctx, q.String(), q.args...), t)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, wrapErr("apply: read "+t.Name, err, pgPermanent)
-		}
-		return buildDoc(t, cells)
+		return lockedRow(t, cells, err, pgx.ErrNoRows, pgPermanent)
 	})
 	if err != nil {
 		return nil, err

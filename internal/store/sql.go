@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -66,6 +67,17 @@ func (q *query) add(parts ...string) *query {
 
 func (q *query) String() string { return q.sb.String() }
 
+// list adds n items separated by ", ", item(i) adding the i-th.
+func (q *query) list(n int, item func(i int)) *query {
+	for i := range n {
+		if i > 0 {
+			q.add(", ")
+		}
+		item(i)
+	}
+	return q
+}
+
 // selectList is the select list reading every column of t under alias.
 func selectList(d dialect, t *Table, alias string) string {
 	cols := make([]string, len(t.Schema.Columns))
@@ -87,6 +99,18 @@ func lockRowQuery(d dialect, t *Table, id string) *query {
 	q.add("SELECT ", selectList(d, t, "t"), " FROM ", quoteTable(d, t.Name), " AS t WHERE t.",
 		d.ident(t.Schema.Key), " = ", d.keyParam(q.arg(id), t.Schema.KeyType()), " FOR UPDATE")
 	return q
+}
+
+// lockedRow is the document a lockRowQuery read (cells, err): nil when it
+// found no row (err is noRows).
+func lockedRow(t *Table, cells []textCell, err, noRows error, permanent func(error) bool) (change.Doc, error) {
+	if errors.Is(err, noRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrapErr("apply: read "+t.Name, err, permanent)
+	}
+	return buildDoc(t, cells)
 }
 
 func readQuery(d dialect, t *Table, collection, id string) *query {
@@ -176,19 +200,9 @@ func putQueries(d dialect, t *Table, cols []string, rows [][]any, upsert bool) [
 	for len(rows) > 0 {
 		n := chunkLen(rows)
 		q := newQuery(d).add(head)
-		for i, row := range rows[:n] {
-			if i > 0 {
-				q.add(", ")
-			}
-			q.add("(")
-			for j, v := range row {
-				if j > 0 {
-					q.add(", ")
-				}
-				q.add(q.arg(v))
-			}
-			q.add(")")
-		}
+		q.list(n, func(i int) {
+			q.add("(").list(len(rows[i]), func(j int) { q.add(q.arg(rows[i][j])) }).add(")")
+		})
 		q.add(tail)
 		out = append(out, q)
 		rows = rows[n:]
