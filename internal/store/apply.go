@@ -81,9 +81,21 @@ type applyPlan struct {
 	// puts are left to the driver: an upsert is not spelled the same, nor
 	// equally safe, in both databases.
 	puts    []*putGroup
-	stmts   []plannedStmt   // the deletes and patches
+	deletes []*delGroup
+	// patches are left to the driver too: neither database spells a
+	// set-based UPDATE like the other, nor tells the rows it matched alike.
+	patches []*patchGroup
 	records []AppliedRecord // the records to move forward, in lock order
 }
+
+// delGroup is the rows that Delete effects remove from one table.
+type delGroup struct {
+	t   *Table
+	ids []any // the keys, as statement arguments
+}
+
+// queries are the DELETE statements of the group.
+func (g *delGroup) queries(d dialect) []*query { return deleteQueries(d, g.t, g.ids) }
 
 // putGroup is the rows that Put effects write into one table, all with the
 // same columns.
@@ -94,31 +106,20 @@ type putGroup struct {
 	rows [][]any
 }
 
-// plannedStmt is one effect statement; patch is the index of the write whose
-// Missing flag its row count decides, or -1.
-type plannedStmt struct {
-	q     *query
-	patch int
-}
-
 // plan keeps, for each write, the changes past its applied seq, compacts
-// them, and builds the effect statements: the rows to put, grouped by table
-// (and column set), one DELETE per table, one UPDATE per patch.
+// them, and gathers the effects set-based: the rows to put, grouped by table
+// and column set; one DELETE per table; the patches grouped by table and
+// shape (patchGroup), one UPDATE each.
 //
 // row reads (and locks) a row in the transaction; it is called only for
 // patches with operators inside JSON columns, which are computed here from
 // the row's current value — exactly once, since the applied records are
 // locked by the same transaction.
-func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table, id string) (change.Doc, error)) (*applyPlan, error) {
+func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string) (change.Doc, error)) (*applyPlan, error) {
 	p := &applyPlan{results: make([]Result, len(b.writes))}
-	type delGroup struct {
-		t   *Table
-		ids []any
-	}
-	var dels []*delGroup
 	putIndex := map[string]int{}
 	delIndex := map[string]int{}
-	var patches []plannedStmt
+	var patches patchGroups
 	for _, i := range b.order {
 		w := &b.writes[i]
 		r := &p.results[i]
@@ -152,31 +153,26 @@ func (b *applyBatch) plan(d dialect, applied map[docKey]int64, row func(t *Table
 		case change.Delete:
 			gi, ok := delIndex[w.Table.Name]
 			if !ok {
-				gi = len(dels)
+				gi = len(p.deletes)
 				delIndex[w.Table.Name] = gi
-				dels = append(dels, &delGroup{t: w.Table})
+				p.deletes = append(p.deletes, &delGroup{t: w.Table})
 			}
-			dels[gi].ids = append(dels[gi].ids, w.ID)
+			p.deletes[gi].ids = append(p.deletes[gi].ids, w.ID)
 		case change.Patch:
 			if len(e.JSON) > 0 {
 				if err := foldJSON(&e, w, row); err != nil {
 					return nil, err
 				}
 			}
-			q, err := patchQuery(d, w.Table, w.ID, e)
+			cols, vals, err := patchRow(w.Table, w.ID, e)
 			if err != nil {
 				return nil, err
 			}
-			patches = append(patches, plannedStmt{q: q, patch: i})
+			patches.add(w.Table, cols, w.ID, i, vals)
 		}
 		p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
 	}
-	for _, g := range dels {
-		for _, q := range deleteQueries(d, g.t, g.ids) {
-			p.stmts = append(p.stmts, plannedStmt{q: q, patch: -1})
-		}
-	}
-	p.stmts = append(p.stmts, patches...)
+	p.patches = patches.ordered()
 	return p, nil
 }
 

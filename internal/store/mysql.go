@@ -22,8 +22,12 @@ import (
 // (interpolateParams), so every statement is one round trip and every
 // value reads back as the server's text, like PostgreSQL's col::text.
 type myStore struct {
-	db     *sql.DB
-	dbName string // the DSN's database: unqualified table names live there
+	db      *sql.DB
+	applyDB *sql.DB // Apply's: multiStatements on
+	dbName  string  // the DSN's database: unqualified table names live there
+	// returning: the server has INSERT … RETURNING (MariaDB 10.5+), which
+	// Apply's record insert uses to read the seqs it locks.
+	returning bool
 
 	// tables caches what Scan and Apply need to know of a table beyond
 	// its Table; Describe refreshes it.
@@ -106,6 +110,55 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	cfg.MultiStatements = false
 	cfg.ParseTime = false      // dates read back as the server's text
 	cfg.ClientFoundRows = true // UPDATE counts matched rows: a patch of an unchanged row is not Missing
+	db, err := myPool(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	// Apply's own pool sends several statements of its own making per
+	// round trip (see Apply); nothing else may: the sessions' statements
+	// come from applications.
+	multi := cfg.Clone()
+	multi.MultiStatements = true
+	applyDB, err := myPool(multi, o)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &myStore{db: db, applyDB: applyDB, dbName: cfg.DBName}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	// CREATE TABLE IF NOT EXISTS is atomic under the server's metadata
+	// lock: of two concurrent creators one creates, the other gets a note.
+	if _, err := db.ExecContext(ctx, myAppliedDDL); err != nil {
+		s.Close()
+		return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
+	}
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		s.Close()
+		return nil, wrapErr("mysql: version", err, myPermanent)
+	}
+	s.returning = insertReturning(version)
+	return s, nil
+}
+
+// insertReturning reports whether a server of this VERSION() has INSERT …
+// RETURNING: MariaDB from 10.5 on; no MySQL.
+func insertReturning(version string) bool {
+	if !strings.Contains(version, "MariaDB") {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 10 || major == 10 && minor >= 5
+}
+
+// myPool is a pool of connections of cfg.
+func myPool(cfg *mysql.Config, o Options) (*sql.DB, error) {
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: mysql: %w", err)
@@ -115,18 +168,7 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &myStore{db: db, dbName: cfg.DBName}
-	if err := s.Ping(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	// CREATE TABLE IF NOT EXISTS is atomic under the server's metadata
-	// lock: of two concurrent creators one creates, the other gets a note.
-	if _, err := db.ExecContext(ctx, myAppliedDDL); err != nil {
-		db.Close()
-		return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
-	}
-	return s, nil
+	return db, nil
 }
 
 // myDialect is MySQL's and MariaDB's SQL.
@@ -150,8 +192,6 @@ func (d myDialect) upsert(key string, cols []string) string {
 	}
 	return "ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
 }
-
-func (myDialect) incAmount(ph string, _ change.Type) string { return ph }
 
 func (d myDialect) selectColumn(alias string, c change.Column) string {
 	return alias + "." + d.ident(c.Name)
@@ -416,198 +456,6 @@ func (s *myStore) Scan(ctx context.Context, t *Table, from string, limit int) ([
 	return docs, nil
 }
 
-// Apply applies writes exactly once in one transaction. MySQL has no
-// pipelining (and multiStatements stays off), so each statement is a round
-// trip: START TRANSACTION; INSERT … ON DUPLICATE KEY UPDATE seq = seq of
-// all records in (collection, id) order, which creates the missing ones
-// and X-locks the others in that order; SELECT … FOR UPDATE of their seqs;
-// the effects (one upsert per table for the puts — plus a SELECT and an
-// INSERT if the table has another unique index —, one DELETE per table,
-// one UPDATE per patch); one INSERT … ON DUPLICATE KEY UPDATE moving the seqs;
-// COMMIT. A deadlock reruns the whole transaction.
-func (s *myStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
-	b, err := newApplyBatch(writes)
-	if err != nil {
-		return nil, err
-	}
-	if len(b.order) == 0 {
-		return make([]Result, len(writes)), nil
-	}
-	return retryTx(myRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
-}
-
-func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) ([]Result, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, wrapErr("apply: begin", err, myPermanent)
-	}
-	defer tx.Rollback() // after Commit, a no-op
-
-	applied, err := myLockRecords(ctx, tx, b)
-	if err != nil {
-		return nil, wrapErr("apply: lock applied records", err, myPermanent)
-	}
-	plan, err := b.plan(myDialect{}, applied, func(t *Table, id string) (change.Doc, error) {
-		q := lockRowQuery(myDialect{}, t, id)
-		cells, err := myScanRow(tx.QueryRowContext(ctx, q.String(), q.args...).Scan, t)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, wrapErr("apply: read "+t.Name, err, myPermanent)
-		}
-		return buildDoc(t, cells)
-	})
-	if err != nil {
-		return nil, err
-	}
-	var stmts []plannedStmt
-	for _, g := range plan.puts {
-		qs, err := s.putQueries(ctx, tx, g)
-		if err != nil {
-			return nil, wrapErr("apply", err, myPermanent)
-		}
-		for _, q := range qs {
-			stmts = append(stmts, plannedStmt{q: q, patch: -1})
-		}
-	}
-	stmts = append(stmts, plan.stmts...)
-	for _, st := range stmts {
-		res, err := tx.ExecContext(ctx, st.q.String(), st.q.args...)
-		if err != nil {
-			return nil, wrapErr("apply", err, myPermanent)
-		}
-		if st.patch >= 0 {
-			if n, err := res.RowsAffected(); err == nil && n == 0 {
-				plan.results[st.patch].Missing = true
-			}
-		}
-	}
-	if len(plan.records) > 0 {
-		q := newQuery(myDialect{}).add("INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
-		for i, r := range plan.records {
-			if i > 0 {
-				q.add(", ")
-			}
-			q.add("(", q.arg(r.Collection), ", ", q.arg(r.ID), ", ", q.arg(int64(r.Partition)), ", ", q.arg(r.Seq), ")")
-		}
-		q.add(" ON DUPLICATE KEY UPDATE part = VALUES(part), seq = VALUES(seq)")
-		if _, err := tx.ExecContext(ctx, q.String(), q.args...); err != nil {
-			return nil, wrapErr("apply: update applied records", err, myPermanent)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, wrapErr("apply: commit", err, myPermanent)
-	}
-	return plan.results, nil
-}
-
-// putQueries returns the statements writing the rows of g. Into a table
-// whose only unique index is the primary key, one upsert does. Otherwise
-// (see myTableInfo.otherUnique) the rows that exist are upserted — the
-// primary key is checked first, so the upsert updates the row itself and a
-// collision in another unique index fails — and the others are plainly
-// inserted, failing on a collision too.
-func (s *myStore) putQueries(ctx context.Context, tx *sql.Tx, g *putGroup) ([]*query, error) {
-	d := myDialect{}
-	info, err := s.tableInfo(ctx, g.t)
-	if err != nil {
-		return nil, err
-	}
-	if !info.otherUnique {
-		return putQueries(d, g.t, g.cols, g.rows, true), nil
-	}
-	ids := make([]any, len(g.ids))
-	for i, id := range g.ids {
-		ids[i] = id
-	}
-	q := newQuery(d).add("SELECT ", d.ident(g.t.Schema.Key), " FROM ", quoteTable(d, g.t.Name), " WHERE ", d.ident(g.t.Schema.Key), " IN (")
-	for i, id := range ids {
-		if i > 0 {
-			q.add(", ")
-		}
-		q.add(q.arg(id))
-	}
-	q.add(")")
-	rows, err := tx.QueryContext(ctx, q.String(), q.args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	exists := map[string]bool{}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		exists[k] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	var upserts, inserts [][]any
-	for i, id := range g.ids {
-		if exists[id] {
-			upserts = append(upserts, g.rows[i])
-		} else {
-			inserts = append(inserts, g.rows[i])
-		}
-	}
-	var out []*query
-	if len(upserts) > 0 {
-		out = append(out, putQueries(d, g.t, g.cols, upserts, true)...)
-	}
-	if len(inserts) > 0 {
-		out = append(out, putQueries(d, g.t, g.cols, inserts, false)...)
-	}
-	return out, nil
-}
-
-// myLockRecords creates the missing records of b and locks them all in
-// (collection, id) order, then reads their seqs.
-func myLockRecords(ctx context.Context, tx *sql.Tx, b *applyBatch) (map[docKey]int64, error) {
-	cols, ids, parts := b.keys()
-	ins := newQuery(myDialect{}).add("INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
-	sel := newQuery(myDialect{}).add("SELECT collection, id, seq FROM ", AppliedTable, " WHERE ")
-	for i := range ids {
-		if i > 0 {
-			ins.add(", ")
-			sel.add(" OR ")
-		}
-		ins.add("(", ins.arg(cols[i]), ", ", ins.arg(ids[i]), ", ", ins.arg(parts[i]), ", 0)")
-		sel.add("(collection = ", sel.arg(cols[i]), " AND id = ", sel.arg(ids[i]), ")")
-	}
-	// Unlike INSERT IGNORE, which takes shared locks on the existing rows
-	// and would have two appliers deadlock upgrading them, the no-op
-	// update takes the exclusive lock at once.
-	ins.add(" ON DUPLICATE KEY UPDATE seq = seq")
-	sel.add(" ORDER BY collection, id FOR UPDATE")
-	if _, err := tx.ExecContext(ctx, ins.String(), ins.args...); err != nil {
-		return nil, err
-	}
-	rows, err := tx.QueryContext(ctx, sel.String(), sel.args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	applied := make(map[docKey]int64, len(ids))
-	for rows.Next() {
-		var k docKey
-		var seq int64
-		if err := rows.Scan(&k.collection, &k.id, &seq); err != nil {
-			return nil, err
-		}
-		applied[k] = seq
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(applied) != len(ids) {
-		return nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
-	}
-	return applied, nil
-}
-
 // AppliedMax returns, per partition, the highest seq recorded.
 func (s *myStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
 	rows, err := s.db.QueryContext(ctx, appliedMaxSQL)
@@ -687,7 +535,7 @@ func (s *myStore) Ping(ctx context.Context) error {
 }
 
 // Close releases the connection pool.
-func (s *myStore) Close() error { return s.db.Close() }
+func (s *myStore) Close() error { return errors.Join(s.db.Close(), s.applyDB.Close()) }
 
 // myPermanentErrors are the server errors the data causes, which retrying
 // cannot cure (MySQL and MariaDB share these numbers).

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +26,9 @@ import (
 // whether it is the data's fault.
 type pgStore struct {
 	pool *pgxpool.Pool
+	// types caches, per table name, the type of each column (see casts);
+	// Describe refreshes it.
+	types sync.Map // table name → map[column]type
 }
 
 var _ Store = (*pgStore)(nil)
@@ -122,13 +125,6 @@ func (d pgDialect) upsert(key string, cols []string) string {
 	return "ON CONFLICT (" + d.ident(key) + ") DO UPDATE SET " + strings.Join(sets, ", ")
 }
 
-func (pgDialect) incAmount(ph string, t change.Type) string {
-	if t == change.TypeFloat {
-		return ph + "::float8"
-	}
-	return ph + "::int8"
-}
-
 func (d pgDialect) selectColumn(alias string, c change.Column) string {
 	return alias + "." + d.ident(c.Name) + "::text"
 }
@@ -153,9 +149,11 @@ func (pgDialect) pairAfter(q *query, a, b string, va, vb any) string {
 }
 
 // pgColumnsSQL lists the columns of a table in order, with the type (the
-// base type for a domain), its category, and nullability.
+// base type for a domain), its category, nullability, and the name of the
+// column's own type without modifiers, as a cast spells it (format_type
+// with -1 spells bit and character unconstrained: "bit", bpchar).
 const pgColumnsSQL = `SELECT a.attname::text, COALESCE(b.typname, t.typname)::text,
-	COALESCE(b.typcategory, t.typcategory)::text, NOT a.attnotnull
+	COALESCE(b.typcategory, t.typcategory)::text, NOT a.attnotnull, format_type(a.atttypid, -1)
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
@@ -197,19 +195,14 @@ func pgType(name, category string) change.Type {
 // not case-folded) and checks that key is its single-column primary key.
 func (s *pgStore) Describe(ctx context.Context, table, key string) (*Table, error) {
 	qname := quoteTable(pgDialect{}, table)
-	rows, err := s.pool.Query(ctx, pgColumnsSQL, qname)
+	pgCols, err := pgDescribeColumns(ctx, s.pool, qname)
 	if err != nil {
 		return nil, wrapErr("describe "+table, err, pgPermanent)
 	}
-	var cols []change.Column
-	var name, typ, cat string
-	var nullable bool
-	_, err = pgx.ForEachRow(rows, []any{&name, &typ, &cat, &nullable}, func() error {
-		cols = append(cols, change.Column{Name: name, Type: pgType(typ, cat), Nullable: nullable})
-		return nil
-	})
-	if err != nil {
-		return nil, wrapErr("describe "+table, err, pgPermanent)
+	cols := make([]change.Column, len(pgCols))
+	types := make(map[string]string, len(pgCols))
+	for i, c := range pgCols {
+		cols[i], types[c.Name] = c.Column, c.cast
 	}
 	pk, err := s.strings(ctx, pgPrimaryKeySQL, qname)
 	if err != nil {
@@ -222,7 +215,35 @@ func (s *pgStore) Describe(ctx context.Context, table, key string) (*Table, erro
 	if err := s.checkKeyEquality(ctx, qname, t); err != nil {
 		return nil, err
 	}
+	s.types.Store(table, types)
 	return t, nil
+}
+
+// pgColumn is a column as Describe finds it, with its type's name.
+type pgColumn struct {
+	change.Column
+	cast string
+}
+
+// pgQuerier is a pool or a connection.
+type pgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// pgDescribeColumns lists the columns of the table qname in order.
+func pgDescribeColumns(ctx context.Context, db pgQuerier, qname string) ([]pgColumn, error) {
+	rows, err := db.Query(ctx, pgColumnsSQL, qname)
+	if err != nil {
+		return nil, err
+	}
+	var cols []pgColumn
+	var name, typ, cat, cast string
+	var nullable bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &typ, &cat, &nullable, &cast}, func() error {
+		cols = append(cols, pgColumn{change.Column{Name: name, Type: pgType(typ, cat), Nullable: nullable}, cast})
+		return nil
+	})
+	return cols, err
 }
 
 // checkKeyEquality refuses a text key under which ids that differ name the
@@ -322,180 +343,6 @@ func (s *pgStore) Scan(ctx context.Context, t *Table, from string, limit int) ([
 		return nil, wrapErr("scan "+t.Name, err, pgPermanent)
 	}
 	return docs, nil
-}
-
-// The record statements of Apply take the batch's documents as arrays in
-// lock order. WITH ORDINALITY … ORDER BY keeps that order for the inserts:
-// an insert waits for a concurrent insert of the same key, so inserting in
-// the common order matters as much as locking in it.
-const (
-	pgInsertRecordsSQL = `INSERT INTO ` + AppliedTable + ` (collection, id, part, seq)
-SELECT u.c, u.i, u.p, 0 FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS u(c, i, p, n)
-ORDER BY u.n
-ON CONFLICT (collection, id) DO NOTHING`
-	// FOR UPDATE in READ COMMITTED returns the latest committed version of
-	// a row it had to wait for: the seq the previous applier committed. The
-	// rows are locked as they leave the sort, in key order.
-	pgLockRecordsSQL = `SELECT a.collection, a.id, a.seq FROM ` + AppliedTable + ` AS a
-JOIN unnest($1::text[], $2::text[]) AS u(c, i) ON a.collection = u.c AND a.id = u.i
-ORDER BY a.collection, a.id
-FOR UPDATE OF a`
-	pgUpdateRecordsSQL = `UPDATE ` + AppliedTable + ` AS a SET part = u.p, seq = u.s
-FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS u(c, i, p, s)
-WHERE a.collection = u.c AND a.id = u.i`
-)
-
-// Apply applies writes exactly once in one transaction and two round trips:
-//
-//	batch 1: BEGIN; insert the missing records (seq 0); lock them all
-//	         FOR UPDATE in (collection, id) order, reading their seqs
-//	batch 2: the effect statements (one upsert per table for the puts, one
-//	         DELETE per table, one UPDATE per patch); move the records'
-//	         seqs; COMMIT
-//
-// A deadlock or serialization failure reruns the whole transaction.
-func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
-	b, err := newApplyBatch(writes)
-	if err != nil {
-		return nil, err
-	}
-	if len(b.order) == 0 {
-		return make([]Result, len(writes)), nil
-	}
-	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
-}
-
-func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, wrapErr("apply", err, pgPermanent)
-	}
-	// Release destroys a connection left inside a transaction; the
-	// rollback below lets the pool keep it.
-	defer conn.Release()
-	defer func() {
-		if err != nil {
-			pgRollback(conn.Conn())
-		}
-	}()
-
-	applied, err := pgLockRecords(ctx, conn.Conn(), b)
-	if err != nil {
-		return nil, wrapErr("apply: lock applied records", err, pgPermanent)
-	}
-	plan, err := b.plan(pgDialect{}, applied, func(t *Table, id string) (change.Doc, error) {
-		q := lockRowQuery(pgDialect{}, t, id)
-		cells, err := pgScanRow(conn.Conn().QueryRow(ctx, q.String(), q.args...), t)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, wrapErr("apply: read "+t.Name, err, pgPermanent)
-		}
-		return buildDoc(t, cells)
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	// ON CONFLICT (key) fires on the primary key only: a put that breaks
-	// another unique constraint fails, as it should.
-	stmts := plan.stmts
-	for _, g := range plan.puts {
-		for _, q := range putQueries(pgDialect{}, g.t, g.cols, g.rows, true) {
-			stmts = append(stmts, plannedStmt{q: q, patch: -1})
-		}
-	}
-	batch := &pgx.Batch{}
-	for _, st := range stmts {
-		batch.Queue(st.q.String(), st.q.args...)
-	}
-	if len(plan.records) > 0 {
-		var cols, ids []string
-		var parts, seqs []int64
-		for _, r := range plan.records {
-			cols, ids = append(cols, r.Collection), append(ids, r.ID)
-			parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
-		}
-		batch.Queue(pgUpdateRecordsSQL, cols, ids, parts, seqs)
-	}
-	batch.Queue("COMMIT")
-	br := conn.SendBatch(ctx, batch)
-	defer br.Close()
-	for _, st := range stmts {
-		tag, err := br.Exec()
-		if err != nil {
-			return nil, wrapErr("apply", err, pgPermanent)
-		}
-		if st.patch >= 0 && tag.RowsAffected() == 0 {
-			plan.results[st.patch].Missing = true
-		}
-	}
-	if len(plan.records) > 0 {
-		if _, err := br.Exec(); err != nil {
-			return nil, wrapErr("apply: update applied records", err, pgPermanent)
-		}
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return nil, wrapErr("apply: commit", err, pgPermanent)
-	}
-	// COMMIT of a transaction that failed answers ROLLBACK, not an error.
-	if tag.String() != "COMMIT" {
-		return nil, &Error{Err: errors.New("store: apply: the transaction was rolled back at commit")}
-	}
-	if err := br.Close(); err != nil {
-		return nil, wrapErr("apply: commit", err, pgPermanent)
-	}
-	return plan.results, nil
-}
-
-// pgLockRecords runs the first batch of Apply and returns the applied seq
-// of every document of b.
-func pgLockRecords(ctx context.Context, conn *pgx.Conn, b *applyBatch) (map[docKey]int64, error) {
-	cols, ids, parts := b.keys()
-	batch := &pgx.Batch{}
-	// READ COMMITTED whatever the server's default: under REPEATABLE READ
-	// the FOR UPDATE below would fail with a serialization error instead
-	// of reading the seq that the transaction it waited for committed.
-	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	batch.Queue(pgInsertRecordsSQL, cols, ids, parts)
-	batch.Queue(pgLockRecordsSQL, cols, ids)
-	br := conn.SendBatch(ctx, batch)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	applied := make(map[docKey]int64, len(ids))
-	var k docKey
-	var seq int64
-	if _, err := pgx.ForEachRow(rows, []any{&k.collection, &k.id, &seq}, func() error {
-		applied[k] = seq
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if len(applied) != len(ids) {
-		return nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
-	}
-	return applied, br.Close()
-}
-
-// pgRollback ends the transaction a failed Apply left open, if the
-// connection is still usable.
-func pgRollback(conn *pgx.Conn) {
-	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, _ = conn.Exec(ctx, "ROLLBACK")
 }
 
 // AppliedMax returns, per partition, the highest seq recorded.

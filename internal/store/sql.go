@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,9 +22,6 @@ type dialect interface {
 	// upsert is the clause after INSERT … VALUES … that replaces the row
 	// whose key already exists with the inserted columns.
 	upsert(key string, cols []string) string
-	// incAmount is the SQL of one $inc amount bound at placeholder ph, for a
-	// column of type t (PostgreSQL needs the parameter typed explicitly).
-	incAmount(ph string, t change.Type) string
 	// selectColumn is the select-list expression reading column c of alias
 	// as its text form (see docValue).
 	selectColumn(alias string, c change.Column) string
@@ -69,6 +67,17 @@ func (q *query) add(parts ...string) *query {
 
 func (q *query) String() string { return q.sb.String() }
 
+// list adds n items separated by ", ", item(i) adding the i-th.
+func (q *query) list(n int, item func(i int)) *query {
+	for i := range n {
+		if i > 0 {
+			q.add(", ")
+		}
+		item(i)
+	}
+	return q
+}
+
 // selectList is the select list reading every column of t under alias.
 func selectList(d dialect, t *Table, alias string) string {
 	cols := make([]string, len(t.Schema.Columns))
@@ -90,6 +99,18 @@ func lockRowQuery(d dialect, t *Table, id string) *query {
 	q.add("SELECT ", selectList(d, t, "t"), " FROM ", quoteTable(d, t.Name), " AS t WHERE t.",
 		d.ident(t.Schema.Key), " = ", d.keyParam(q.arg(id), t.Schema.KeyType()), " FOR UPDATE")
 	return q
+}
+
+// lockedRow is the document a lockRowQuery read (cells, err): nil when it
+// found no row (err is noRows).
+func lockedRow(t *Table, cells []textCell, err, noRows error, permanent func(error) bool) (change.Doc, error) {
+	if errors.Is(err, noRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrapErr("apply: read "+t.Name, err, permanent)
+	}
+	return buildDoc(t, cells)
 }
 
 func readQuery(d dialect, t *Table, collection, id string) *query {
@@ -128,6 +149,40 @@ func scanQuery(d dialect, t *Table, from string, limit int, plainOrder bool) (*q
 // MySQL's limit is the packet size; big batches are split well below both.
 const maxArgs = 10000
 
+// maxStmtBytes bounds the bytes of the values of one statement: MySQL
+// receives a statement with its values interpolated, in one packet of at
+// most max_allowed_packet (16 MiB by default in MariaDB, 4 MiB in MySQL
+// before 8.0), and escaping can double a value's size.
+const maxStmtBytes = 1 << 20
+
+// chunkLen returns how many of rows (each one statement argument per
+// value) the next statement takes: as many as maxArgs and maxStmtBytes
+// allow, and at least one.
+func chunkLen(rows [][]any) int {
+	n := min(len(rows), max(1, maxArgs/max(1, len(rows[0]))))
+	size := 0
+	for i, row := range rows[:n] {
+		for _, v := range row {
+			size += argBytes(v)
+		}
+		if i > 0 && size > maxStmtBytes {
+			return i
+		}
+	}
+	return n
+}
+
+// argBytes estimates the bytes of a statement argument.
+func argBytes(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []byte:
+		return len(v)
+	}
+	return 8
+}
+
 // putQueries inserts rows (each a value per column of cols, in order) into
 // t, in as few statements as maxArgs allows; with upsert, a row whose key
 // exists is replaced (d.upsert).
@@ -141,24 +196,13 @@ func putQueries(d dialect, t *Table, cols []string, rows [][]any, upsert bool) [
 	if upsert {
 		tail = " " + d.upsert(t.Schema.Key, cols)
 	}
-	per := max(1, maxArgs/len(cols))
 	var out []*query
 	for len(rows) > 0 {
-		n := min(per, len(rows))
+		n := chunkLen(rows)
 		q := newQuery(d).add(head)
-		for i, row := range rows[:n] {
-			if i > 0 {
-				q.add(", ")
-			}
-			q.add("(")
-			for j, v := range row {
-				if j > 0 {
-					q.add(", ")
-				}
-				q.add(q.arg(v))
-			}
-			q.add(")")
-		}
+		q.list(n, func(i int) {
+			q.add("(").list(len(rows[i]), func(j int) { q.add(q.arg(rows[i][j])) }).add(")")
+		})
 		q.add(tail)
 		out = append(out, q)
 		rows = rows[n:]
@@ -182,64 +226,6 @@ func deleteQueries(d dialect, t *Table, ids []any) []*query {
 		ids = ids[n:]
 	}
 	return out
-}
-
-// patchQuery updates the row id of t with the Set and Inc of a Patch effect:
-// SET a = ?, b = COALESCE(b, 0) + ? + ? … WHERE key = ?. Its row count says
-// whether the row exists (MySQL counts matched rows: clientFoundRows).
-func patchQuery(d dialect, t *Table, id string, e change.Effect) (*query, error) {
-	q := newQuery(d).add("UPDATE ", quoteTable(d, t.Name), " SET ")
-	n := 0
-	// Schema order makes the statement text deterministic.
-	for _, c := range t.Schema.Columns {
-		v, isSet := e.Set[c.Name]
-		amounts, isInc := e.Inc[c.Name]
-		if !isSet && !isInc {
-			continue
-		}
-		if c.Name == t.Schema.Key {
-			return nil, permanentf("store: %s: a patch of %s changes the key column %q", t.Name, id, c.Name)
-		}
-		if n > 0 {
-			q.add(", ")
-		}
-		n++
-		col := d.ident(c.Name)
-		if isSet {
-			a, err := columnArg(c, v)
-			if err != nil {
-				return nil, err
-			}
-			q.add(col, " = ", q.arg(a))
-			continue
-		}
-		q.add(col, " = COALESCE(", col, ", 0)")
-		for _, amount := range amounts {
-			a, err := incArg(c, amount)
-			if err != nil {
-				return nil, err
-			}
-			q.add(" + ", d.incAmount(q.arg(a), c.Type))
-		}
-	}
-	for name := range e.Set {
-		if _, ok := t.Schema.Column(name); !ok {
-			return nil, permanentf("store: %s has no column %q", t.Name, name)
-		}
-	}
-	for name := range e.Inc {
-		if _, ok := t.Schema.Column(name); !ok {
-			return nil, permanentf("store: %s has no column %q", t.Name, name)
-		}
-	}
-	key := d.ident(t.Schema.Key)
-	if n == 0 {
-		// Nothing to change, but the row count still tells whether the
-		// row exists.
-		q.add(key, " = ", key)
-	}
-	q.add(" WHERE ", key, " = ", d.keyParam(q.arg(id), t.Schema.KeyType()))
-	return q, nil
 }
 
 // appliedMaxSQL returns, per partition, the highest seq recorded.

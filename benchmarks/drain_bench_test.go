@@ -1,0 +1,358 @@
+package benchmarks
+
+import (
+	"context"
+	crand "crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/benchmarks/ycsb"
+	"github.com/writeback/writeback/internal/bgt"
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+)
+
+// myDSN is the MariaDB/MySQL of BenchmarkDrain; WRITEBACK_BENCH_MYSQL_DSN
+// overrides it.
+var myDSN = envOr("WRITEBACK_BENCH_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/writeback")
+
+// drainSpec is BenchmarkDrain's table: YCSB's usertable, 20k records.
+var drainSpec = ycsb.Spec{Records: 20_000, Fields: 10, FieldSize: 100}
+
+const (
+	drainDocs  = 4096 // one-field patches per round, each of a distinct record
+	drainBatch = 128  // documents per applier batch and per direct statement (the default batchSize)
+)
+
+// BenchmarkDrain measures, per SQL store, how fast the appliers drain
+// buffered one-field patches (YCSB's update, the Redis protocol's HSET)
+// into the table, against how fast one client writes the same rows itself
+// with the database's fastest batched statement, in batches of the same
+// size. Each round buffers drainDocs patches of distinct records under a
+// fresh key prefix (not timed), drains them with bgt's Flush (one
+// partition, hence one applier goroutine: one client against one client),
+// then writes the same rows directly with each batched statement.
+//
+// Metrics: drain-changes/s (the appliers), direct-changes/s (the fastest
+// direct statement; each one also has its own metric) and drain/direct, the
+// ratio of the two; apply-changes/s counts only the time spent in
+// Store.Apply (the rest of a drain is Redis: reading the pending documents
+// and their changes, trimming).
+func BenchmarkDrain(b *testing.B) {
+	for _, st := range []struct{ driver, dsn string }{{ycsb.Postgres, pgDSN}, {ycsb.MySQL, myDSN}} {
+		b.Run(st.driver, func(b *testing.B) { benchDrain(b, st.driver, st.dsn) })
+	}
+}
+
+// timedStore adds up the time spent in Apply.
+type timedStore struct {
+	store.Store
+	mu      sync.Mutex // guards applied
+	applied time.Duration
+}
+
+func (s *timedStore) Apply(ctx context.Context, writes []store.Write) ([]store.Result, error) {
+	start := time.Now()
+	res, err := s.Store.Apply(ctx, writes)
+	s.mu.Lock()
+	s.applied += time.Since(start)
+	s.mu.Unlock()
+	return res, err
+}
+
+// drainWorld is one store's table, store, direct client and Redis.
+type drainWorld struct {
+	spec   ycsb.Spec
+	db     *ycsb.DB
+	st     *timedStore
+	tbl    *store.Table
+	rdb    *redis.Client
+	direct map[string]func(ctx context.Context, keys, vals []string) error
+	close  func() error // the direct client
+}
+
+func benchDrain(b *testing.B, driver, dsn string) {
+	ctx := context.Background()
+	w := newDrainWorld(b, driver, dsn)
+	var drained, directDur time.Duration
+	directBy := map[string]time.Duration{}
+	rounds := 0
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		keys, vals := drainRound(i)
+		app, cleanup := w.buffer(b, keys, vals)
+		b.StartTimer()
+		start := time.Now()
+		res, err := app.Flush(ctx)
+		took := time.Since(start)
+		b.StopTimer()
+		cleanup()
+		if err != nil || !res.Drained || res.Applied != int64(len(keys)) {
+			b.Fatalf("flush: %+v, %v; want %d changes applied", res, err, len(keys))
+		}
+		drained += took
+		// New values: a row written with the values it holds costs MySQL
+		// no write at all.
+		_, vals = drainRound(i)
+		for name, write := range w.direct {
+			start := time.Now()
+			for lo := 0; lo < len(keys); lo += drainBatch {
+				hi := min(lo+drainBatch, len(keys))
+				if err := write(ctx, keys[lo:hi], vals[lo:hi]); err != nil {
+					b.Fatalf("direct %s: %v", name, err)
+				}
+			}
+			directBy[name] += time.Since(start)
+		}
+		rounds++
+		b.StartTimer()
+	}
+	b.StopTimer()
+	changes := float64(rounds * drainDocs)
+	best := time.Duration(0)
+	for name, d := range directBy {
+		b.ReportMetric(changes/d.Seconds(), "direct-"+name+"-changes/s")
+		if best == 0 || d < best {
+			best = d
+		}
+	}
+	directDur = best
+	b.ReportMetric(changes/drained.Seconds(), "drain-changes/s")
+	b.ReportMetric(changes/w.st.applied.Seconds(), "apply-changes/s")
+	b.ReportMetric(changes/directDur.Seconds(), "direct-changes/s")
+	b.ReportMetric(directDur.Seconds()/drained.Seconds(), "drain/direct")
+}
+
+// drainRound returns the records and random new field0 values of round i:
+// drainDocs distinct records, spread over the table.
+func drainRound(i int) (keys, vals []string) {
+	r := newRand()
+	step := drainSpec.Records / drainDocs
+	for d := range drainDocs {
+		rec := int64(d*int(step)+i) % drainSpec.Records
+		keys = append(keys, ycsb.Key(rec))
+		vals = append(vals, ycsb.RandomValue(r, drainSpec.FieldSize))
+	}
+	return keys, vals
+}
+
+func newDrainWorld(b *testing.B, driver, dsn string) *drainWorld {
+	b.Helper()
+	ctx := context.Background()
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	w := &drainWorld{spec: drainSpec}
+	w.spec.Table = "bench_drain_" + hex.EncodeToString(rnd[:])
+	db, err := ycsb.Open(ctx, driver, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.db = db
+	b.Cleanup(func() { db.Close() })
+	if err := db.Load(ctx, w.spec, 1, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := db.Drop(context.Background(), w.spec.Table); err != nil {
+			b.Errorf("dropping %s: %v", w.spec.Table, err)
+		}
+	})
+	st, err := store.Open(ctx, driver, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.st = &timedStore{Store: st}
+	b.Cleanup(func() {
+		// The applied records of the table's collection go with it.
+		if _, err := st.CompactApplied(context.Background(), w.records(b)); err != nil {
+			b.Errorf("deleting the applied records of %s: %v", w.spec.Table, err)
+		}
+		st.Close()
+	})
+	if w.tbl, err = st.Describe(ctx, w.spec.Table, ycsb.KeyColumn); err != nil {
+		b.Fatal(err)
+	}
+	w.rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
+	b.Cleanup(func() { w.rdb.Close() })
+	if err := w.rdb.Ping(ctx).Err(); err != nil {
+		b.Fatalf("cannot reach Redis at %s (%v); start the services with `make services`", redisAddr, err)
+	}
+	if driver == ycsb.Postgres {
+		w.directPostgres(b, dsn)
+	} else {
+		w.directMySQL(b, dsn)
+	}
+	return w
+}
+
+// records lists the applied records of the table's collection.
+func (w *drainWorld) records(b *testing.B) []store.AppliedRecord {
+	var out []store.AppliedRecord
+	after := ""
+	for {
+		page, err := w.st.ListApplied(context.Background(), w.spec.Table, after, 1000)
+		if err != nil {
+			b.Errorf("listing applied records: %v", err)
+			return out
+		}
+		for _, r := range page {
+			if r.Collection != w.spec.Table {
+				return out
+			}
+			out = append(out, r)
+		}
+		if len(page) < 1000 {
+			return out
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// buffer buffers one patch {"$set":{"field0": vals[i]}} of each record
+// keys[i] under a fresh key prefix, and returns an applier over it and the
+// function deleting its keys. The patches are buffered as the document
+// service buffers a patch of a document that is not cached: a first write
+// answers NeedBase, the second carries the base (write-around: nothing is
+// cached).
+func (w *drainWorld) buffer(b *testing.B, keys, vals []string) (*bgt.Applier, func()) {
+	b.Helper()
+	ctx := context.Background()
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	prefix := "bench-drain-" + hex.EncodeToString(rnd[:])
+	buf := buffer.New(w.rdb, prefix, 1, 10*time.Second)
+	cleanup := func() {
+		if err := deleteKeys(context.Background(), w.rdb, prefix); err != nil {
+			b.Errorf("deleting the keys of %s: %v", prefix, err)
+		}
+	}
+	coll := w.spec.Table
+	app := bgt.New(bgt.Config{InstanceID: prefix, Workers: 1, BatchSize: drainBatch, OwnerLease: 10 * time.Second,
+		PollInterval: time.Second, RetryBackoff: 10 * time.Millisecond},
+		buf, map[string]*bgt.Collection{coll: {Name: coll, StoreName: "db", Store: w.st, Table: w.tbl}},
+		metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := app.Prepare(ctx); err != nil {
+		cleanup()
+		b.Fatal(err)
+	}
+	field := ycsb.FieldName(0)
+	reqs := make([]buffer.WriteRequest, len(keys))
+	for i, k := range keys {
+		v, _ := json.Marshal(vals[i])
+		reqs[i] = buffer.WriteRequest{Coll: coll, ID: k, Schema: w.tbl.Schema,
+			Change:  change.Change{Kind: change.Patch, Set: change.Doc{field: v}},
+			Options: buffer.WriteOptions{Invalidate: true, Token: buffer.NewToken()}}
+	}
+	for pass := range 2 {
+		res, errs := buf.WriteBatch(ctx, reqs)
+		for i := range reqs {
+			want := []buffer.Outcome{buffer.NeedBase, buffer.Buffered}[pass]
+			if errs[i] != nil || res[i].Outcome != want {
+				cleanup()
+				b.Fatalf("buffering %s (pass %d): outcome %v, %v", keys[i], pass, res[i].Outcome, errs[i])
+			}
+			reqs[i].Options.HaveBase = true
+			reqs[i].Options.Base = change.Doc{ycsb.KeyColumn: w.tbl.Schema.KeyValue(keys[i])}
+		}
+	}
+	return app, cleanup
+}
+
+// directPostgres sets up one connection and the two batched statements of
+// PostgreSQL: an UPDATE from arrays and a multi-row upsert.
+func (w *drainWorld) directPostgres(b *testing.B, dsn string) {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close(context.Background()) })
+	t, k, f := w.spec.Table, ycsb.KeyColumn, ycsb.FieldName(0)
+	update := fmt.Sprintf("UPDATE %s AS t SET %s = v.f FROM unnest($1::text[], $2::text[]) AS v(k, f) WHERE t.%s = v.k", t, f, k)
+	w.direct = map[string]func(ctx context.Context, keys, vals []string) error{
+		"update": func(ctx context.Context, keys, vals []string) error {
+			_, err := conn.Exec(ctx, update, keys, vals)
+			return err
+		},
+		"upsert": func(ctx context.Context, keys, vals []string) error {
+			q, args := multiRowInsert(t, k, f, keys, vals, func(n int) string { return fmt.Sprintf("$%d", n) })
+			_, err := conn.Exec(ctx, q+fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s = EXCLUDED.%s", k, f, f), args...)
+			return err
+		},
+	}
+}
+
+// directMySQL sets up one connection (client-side interpolation, as the
+// store's: one round trip per statement) and the two batched statements
+// of MySQL: a multi-row upsert and an UPDATE joined with the rows.
+func (w *drainWorld) directMySQL(b *testing.B, dsn string) {
+	b.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.InterpolateParams = true
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(1)
+	b.Cleanup(func() { db.Close() })
+	t, k, f := w.spec.Table, ycsb.KeyColumn, ycsb.FieldName(0)
+	w.direct = map[string]func(ctx context.Context, keys, vals []string) error{
+		"upsert": func(ctx context.Context, keys, vals []string) error {
+			q, args := multiRowInsert(t, k, f, keys, vals, func(int) string { return "?" })
+			_, err := db.ExecContext(ctx, q+fmt.Sprintf(" ON DUPLICATE KEY UPDATE %s = VALUES(%s)", f, f), args...)
+			return err
+		},
+		"update": func(ctx context.Context, keys, vals []string) error {
+			var sb strings.Builder
+			args := make([]any, 0, 2*len(keys))
+			fmt.Fprintf(&sb, "UPDATE %s AS t JOIN (", t)
+			for i := range keys {
+				if i == 0 {
+					sb.WriteString("SELECT ? AS k, ? AS f")
+				} else {
+					sb.WriteString(" UNION ALL SELECT ?, ?")
+				}
+				args = append(args, keys[i], vals[i])
+			}
+			fmt.Fprintf(&sb, ") AS v ON t.%s = v.k SET t.%s = v.f", k, f)
+			_, err := db.ExecContext(ctx, sb.String(), args...)
+			return err
+		},
+	}
+}
+
+// multiRowInsert is INSERT INTO t (k, f) VALUES (…), (…) … of the rows.
+func multiRowInsert(t, k, f string, keys, vals []string, ph func(n int) string) (string, []any) {
+	var sb strings.Builder
+	args := make([]any, 0, 2*len(keys))
+	fmt.Fprintf(&sb, "INSERT INTO %s (%s, %s) VALUES ", t, k, f)
+	for i := range keys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		args = append(args, keys[i], vals[i])
+		fmt.Fprintf(&sb, "(%s, %s)", ph(len(args)-1), ph(len(args)))
+	}
+	return sb.String(), args
+}

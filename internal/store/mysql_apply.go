@@ -1,0 +1,396 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// Apply applies writes exactly once in one transaction, in two round trips
+// (MySQL has no pipelining; the statements of each round trip go as one
+// multi-statement packet, on a pool of Apply's own):
+//
+//  1. START TRANSACTION; INSERT … ON DUPLICATE KEY UPDATE seq = seq of all
+//     records in (collection, id) order, which creates the missing ones and
+//     X-locks the others in that order; SELECT … FOR UPDATE of their seqs
+//     (MariaDB: RETURNING them from the insert);
+//     per table, SELECT … FOR UPDATE of the batch's rows, which tells the
+//     rows that exist (and keeps them so).
+//  2. the effects — one upsert per table and column set for the puts (into
+//     a table with another unique index: an upsert of the rows that exist
+//     and an insert of the others), one DELETE per table, one UPDATE per
+//     table and patch shape, of the rows that exist (the others are
+//     Missing) —; one INSERT … ON DUPLICATE KEY UPDATE moving the seqs;
+//     COMMIT.
+//
+// A patch with operators inside a JSON column reads its row in between.
+// A deadlock reruns the whole transaction.
+func (s *myStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
+	b, err := newApplyBatch(writes)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.order) == 0 {
+		return make([]Result, len(writes)), nil
+	}
+	return retryTx(myRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
+}
+
+func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
+	conn, err := s.applyDB.Conn(ctx)
+	if err != nil {
+		return nil, wrapErr("apply", err, myPermanent)
+	}
+	defer conn.Close()
+	defer func() {
+		if err != nil {
+			myRollback(conn)
+		}
+	}()
+
+	applied, exists, err := myLock(ctx, conn, b, s.returning)
+	if err != nil {
+		return nil, wrapErr("apply: lock applied records", err, myPermanent)
+	}
+	plan, err := b.plan(applied, func(t *Table, id string) (change.Doc, error) {
+		q := lockRowQuery(myDialect{}, t, id)
+		cells, err := myScanRow(conn.QueryRowContext(ctx, q.String(), q.args...).Scan, t)
+		return lockedRow(t, cells, err, sql.ErrNoRows, myPermanent)
+	})
+	if err != nil {
+		return nil, err
+	}
+	stmts, err := s.effects(ctx, plan, exists)
+	if err != nil {
+		return nil, wrapErr("apply", err, myPermanent)
+	}
+	if len(plan.records) > 0 {
+		q := newQuery(myDialect{}).add("INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
+		for i, r := range plan.records {
+			if i > 0 {
+				q.add(", ")
+			}
+			q.add("(", q.arg(r.Collection), ", ", q.arg(r.ID), ", ", q.arg(int64(r.Partition)), ", ", q.arg(r.Seq), ")")
+		}
+		q.add(" ON DUPLICATE KEY UPDATE part = VALUES(part), seq = VALUES(seq)")
+		stmts = append(stmts, myStmt{q: q, rows: -1})
+	}
+	if err := myExecCommit(ctx, conn, stmts); err != nil {
+		return nil, wrapErr("apply", err, myPermanent)
+	}
+	return plan.results, nil
+}
+
+// myStmt is a statement of Apply's second round trip and, for a patch
+// group's, the row count it must report (-1: any).
+type myStmt struct {
+	q    *query
+	rows int64
+}
+
+// effects returns the statements of plan's effects, in order: puts,
+// deletes, patches. exists says which rows of the batch exist (see myLock);
+// effects follows what the puts and deletes do to it, so that each patch
+// statement names exactly the rows that exist when it runs.
+func (s *myStore) effects(ctx context.Context, plan *applyPlan, exists map[string]map[string]bool) ([]myStmt, error) {
+	d := myDialect{}
+	var out []myStmt
+	add := func(qs ...*query) {
+		for _, q := range qs {
+			out = append(out, myStmt{q: q, rows: -1})
+		}
+	}
+	for _, g := range plan.puts {
+		info, err := s.tableInfo(ctx, g.t)
+		if err != nil {
+			return nil, err
+		}
+		ex := exists[g.t.Name]
+		if !info.otherUnique {
+			add(putQueries(d, g.t, g.cols, g.rows, true)...)
+		} else {
+			// The rows that exist are upserted — the primary key is
+			// checked first, so the upsert updates the row itself and a
+			// collision in another unique index fails — and the others
+			// are plainly inserted, failing on a collision too (see
+			// myTableInfo.otherUnique).
+			var upserts, inserts [][]any
+			for i, id := range g.ids {
+				if ex[id] {
+					upserts = append(upserts, g.rows[i])
+				} else {
+					inserts = append(inserts, g.rows[i])
+				}
+			}
+			if len(upserts) > 0 {
+				add(putQueries(d, g.t, g.cols, upserts, true)...)
+			}
+			if len(inserts) > 0 {
+				add(putQueries(d, g.t, g.cols, inserts, false)...)
+			}
+		}
+		for _, id := range g.ids {
+			ex[id] = true
+		}
+	}
+	for _, g := range plan.deletes {
+		add(g.queries(d)...)
+		for _, id := range g.ids {
+			delete(exists[g.t.Name], id.(string))
+		}
+	}
+	for _, g := range plan.patches {
+		var rows [][]any // the key, then the row's values
+		for r, id := range g.ids {
+			if !exists[g.t.Name][id] {
+				plan.results[g.writes[r]].Missing = true
+				continue
+			}
+			k, err := myKeyArg(g.t, id)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, append([]any{k}, g.rows[r]...))
+		}
+		for len(rows) > 0 {
+			n := chunkLen(rows)
+			out = append(out, myStmt{q: myPatchQuery(g, rows[:n]), rows: int64(n)})
+			rows = rows[n:]
+		}
+	}
+	return out, nil
+}
+
+// myKeyArg is the argument comparing id with the key of t: an integer for
+// an integer key, so that the rows a patch group's statement joins compare
+// as integers with the key (as in a per-row WHERE key = 12).
+func myKeyArg(t *Table, id string) (any, error) {
+	if t.Schema.KeyType() != change.TypeInt {
+		return id, nil
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return nil, permanentf("store: %s: id %q of an integer key", t.Name, id)
+	}
+	return n, nil
+}
+
+// myLock runs Apply's first round trip: it begins the transaction, creates
+// the missing records of b and locks them all in (collection, id) order,
+// reads their seqs (with returning, from the insert itself), and locks the
+// rows of b's documents, returning which exist (by table name, then key).
+func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) (map[docKey]int64, map[string]map[string]bool, error) {
+	d := myDialect{}
+	cols, ids, parts := b.keys()
+	q := newQuery(d).add("START TRANSACTION; INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
+	for i := range ids {
+		if i > 0 {
+			q.add(", ")
+		}
+		q.add("(", q.arg(cols[i]), ", ", q.arg(ids[i]), ", ", q.arg(parts[i]), ", 0)")
+	}
+	// Unlike INSERT IGNORE, which takes shared locks on the existing rows
+	// and would have two appliers deadlock upgrading them, the no-op
+	// update takes the exclusive lock at once.
+	q.add(" ON DUPLICATE KEY UPDATE seq = seq")
+	if returning {
+		// The rows as the no-op update left them: the latest seqs,
+		// which the lock protects.
+		q.add(" RETURNING collection, id, seq")
+	} else {
+		q.add("; SELECT collection, id, seq FROM ", AppliedTable, " WHERE ")
+		for i := range ids {
+			if i > 0 {
+				q.add(" OR ")
+			}
+			q.add("(collection = ", q.arg(cols[i]), " AND id = ", q.arg(ids[i]), ")")
+		}
+		q.add(" ORDER BY collection, id FOR UPDATE")
+	}
+	// The rows, per table in order of appearance, in chunks.
+	var tables []*Table
+	keys := map[string][]string{}
+	for _, i := range b.order {
+		w := &b.writes[i]
+		if _, ok := keys[w.Table.Name]; !ok {
+			tables = append(tables, w.Table)
+		}
+		keys[w.Table.Name] = append(keys[w.Table.Name], w.ID)
+	}
+	var chunks []*Table // the table of each SELECT of rows
+	for _, t := range tables {
+		key := d.ident(t.Schema.Key)
+		for tids := keys[t.Name]; len(tids) > 0; {
+			chunk := tids[:min(maxArgs, len(tids))]
+			tids = tids[len(chunk):]
+			chunks = append(chunks, t)
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				var err error
+				if args[i], err = myKeyArg(t, id); err != nil {
+					return nil, nil, err
+				}
+			}
+			q.add("; SELECT ", key, " FROM ", quoteTable(d, t.Name), " WHERE ", key, " IN (")
+			q.list(len(args), func(i int) { q.add(q.arg(args[i])) }).add(") FOR UPDATE")
+		}
+	}
+	rows, err := conn.QueryContext(ctx, q.String(), q.args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	applied := make(map[docKey]int64, len(ids))
+	for rows.Next() {
+		var k docKey
+		var seq int64
+		if err := rows.Scan(&k.collection, &k.id, &seq); err != nil {
+			return nil, nil, err
+		}
+		applied[k] = seq
+	}
+	exists := make(map[string]map[string]bool, len(tables))
+	for _, t := range tables {
+		exists[t.Name] = map[string]bool{}
+	}
+	for _, t := range chunks {
+		if !rows.NextResultSet() {
+			return nil, nil, errors.Join(rows.Err(), errors.New("store: apply: fewer results than statements"))
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return nil, nil, err
+			}
+			exists[t.Name][k] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(applied) != len(ids) {
+		return nil, nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
+	}
+	return applied, exists, nil
+}
+
+// myExecCommit runs the statements and COMMIT in as few round trips as the
+// packet size allows (maxPacketBytes), checking each one's row count.
+func myExecCommit(ctx context.Context, conn *sql.Conn, stmts []myStmt) error {
+	commit := myStmt{q: newQuery(myDialect{}).add("COMMIT"), rows: -1}
+	stmts = append(stmts, commit)
+	for len(stmts) > 0 {
+		n, size := 0, 0
+		for n < len(stmts) && (n == 0 || size+stmtBytes(stmts[n].q) <= maxPacketBytes) {
+			size += stmtBytes(stmts[n].q)
+			n++
+		}
+		if err := myExecPacket(ctx, conn, stmts[:n]); err != nil {
+			return err
+		}
+		stmts = stmts[n:]
+	}
+	return nil
+}
+
+// maxPacketBytes bounds the statements sent in one packet, below
+// max_allowed_packet (see maxStmtBytes).
+const maxPacketBytes = 2 * maxStmtBytes
+
+// stmtBytes estimates the size of q once its values are interpolated.
+func stmtBytes(q *query) int {
+	n := q.sb.Len()
+	for _, v := range q.args {
+		n += argBytes(v)
+	}
+	return n
+}
+
+// myExecPacket sends stmts as one multi-statement packet. The driver's
+// Result counts the rows of each (through database/sql, only the last's).
+func myExecPacket(ctx context.Context, conn *sql.Conn, stmts []myStmt) error {
+	texts := make([]string, len(stmts))
+	var args []driver.NamedValue
+	for i, st := range stmts {
+		texts[i] = st.q.String()
+		for _, a := range st.q.args {
+			args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: a})
+		}
+	}
+	return conn.Raw(func(dc any) error {
+		res, err := dc.(driver.ExecerContext).ExecContext(ctx, strings.Join(texts, "; "), args)
+		if err != nil {
+			return err
+		}
+		counts := res.(mysql.Result).AllRowsAffected()
+		if len(counts) != len(stmts) {
+			return fmt.Errorf("store: apply: %d results for %d statements", len(counts), len(stmts))
+		}
+		for i, st := range stmts {
+			// The rows of a patch group were locked by the first round
+			// trip: its statement finds each of them, short of a bug.
+			// (Should one surface in the packet that commits, the error
+			// still stands: a retry skips what was committed.)
+			if st.rows >= 0 && counts[i] != st.rows {
+				return fmt.Errorf("store: apply: a patch found %d of its %d rows", counts[i], st.rows)
+			}
+		}
+		return nil
+	})
+}
+
+// myRollback ends the transaction a failed Apply left open; a connection
+// that cannot is discarded rather than returned to the pool inside it.
+func myRollback(conn *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
+// myPatchQuery is the statement of a chunk of a patch group's rows (each
+// the key, then the values of patchGroup.rows):
+//
+//	UPDATE t JOIN (SELECT ? AS k, ? AS v1, ? AS v2 UNION ALL SELECT ?, ?, ? …) AS v
+//	ON t.key = v.k SET t.a = v.v1, t.n = COALESCE(t.n, 0) + v.v2
+//
+// The values are the per-row statement's literals: text for the values
+// to set, which the server converts to the column's type on assignment,
+// and numbers for the amounts.
+func myPatchQuery(g *patchGroup, rows [][]any) *query {
+	d := myDialect{}
+	q := newQuery(d).add("UPDATE ", quoteTable(d, g.t.Name), " AS t JOIN (")
+	for r, row := range rows {
+		if r > 0 {
+			q.add(" UNION ALL ")
+		}
+		q.add("SELECT ").list(len(row), func(i int) {
+			q.add(q.arg(row[i]))
+			if r == 0 {
+				q.add(" AS ", myValueName(i))
+			}
+		})
+	}
+	q.add(") AS v ON t.", d.ident(g.t.Schema.Key), " = v.k SET ")
+	in := func(col string) string { return "t." + col }
+	setList(q, g.t, g.cols, in, in, func(i int, _ patchCol) string { return "v." + myValueName(i+1) })
+	return q
+}
+
+// myValueName names the i-th column of a patch's derived table: k, v1, v2 …
+func myValueName(i int) string {
+	if i == 0 {
+		return "k"
+	}
+	return "v" + strconv.Itoa(i)
+}

@@ -1,0 +1,427 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// The record statements of Apply take the batch's documents as arrays in
+// lock order. WITH ORDINALITY … ORDER BY keeps that order for the inserts:
+// an insert waits for a concurrent insert of the same key, so inserting in
+// the common order matters as much as locking in it.
+const (
+	pgInsertRecordsSQL = `INSERT INTO ` + AppliedTable + ` (collection, id, part, seq)
+SELECT u.c, u.i, u.p, 0 FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS u(c, i, p, n)
+ORDER BY u.n
+ON CONFLICT (collection, id) DO NOTHING`
+	// FOR UPDATE in READ COMMITTED returns the latest committed version of
+	// a row it had to wait for: the seq the previous applier committed. The
+	// rows are locked as they leave the sort, in key order.
+	pgLockRecordsSQL = `SELECT a.collection, a.id, a.seq FROM ` + AppliedTable + ` AS a
+JOIN unnest($1::text[], $2::text[]) AS u(c, i) ON a.collection = u.c AND a.id = u.i
+ORDER BY a.collection, a.id
+FOR UPDATE OF a`
+	pgUpdateRecordsSQL = `UPDATE ` + AppliedTable + ` AS a SET part = u.p, seq = u.s
+FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS u(c, i, p, s)
+WHERE a.collection = u.c AND a.id = u.i`
+)
+
+// Apply applies writes exactly once in one transaction, in one round trip
+// when it can and two when it must:
+//
+//	batch 1: BEGIN; insert the missing records (seq 0); lock them all
+//	         FOR UPDATE in (collection, id) order, reading their seqs
+//	batch 2: the effect statements (one DELETE per table, one UPDATE per
+//	         table and patch shape, one upsert per table and column set for
+//	         the puts); move the records' seqs; COMMIT
+//
+// Usually no change of the batch was applied before (replays follow only
+// crashes and takeovers), and then the effects do not depend on the seqs
+// batch 1 reads: Apply first sends one batch, planned as if every record's
+// seq were below its write's first change — BEGIN; insert the missing
+// records; lock them, check that assumption and move them to their last
+// seqs in one statement (pgMoveRecordsSQL); the effects; COMMIT — and the
+// check aborts the transaction if the assumption is wrong (errBehind).
+// Only then, or when a patch must read its row first (operators inside
+// JSON columns), does it take the two round trips.
+//
+// A deadlock or serialization failure reruns the whole transaction.
+func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
+	b, err := newApplyBatch(writes)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.order) == 0 {
+		return make([]Result, len(writes)), nil
+	}
+	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
+}
+
+// errBehind says that a record of the batch is not behind its write's
+// first change, so the single-round-trip plan does not hold; errNeedsRow,
+// that a patch needs its row read first.
+var (
+	errBehind   = errors.New("store: apply: a change of the batch was applied before")
+	errNeedsRow = errors.New("store: apply: a patch reads its row")
+)
+
+// pgMoveRecordsSQL is the single round trip's record statement: it locks
+// the records in (collection, id) order as pgLockRecordsSQL does (FOR
+// UPDATE in READ COMMITTED reads the latest committed seq), moves them to
+// their writes' last seq, and fails (division by zero) unless every seq it
+// locked was below its write's first change: only then does the plan hold.
+// (The FROM subquery returns the values the UPDATE replaces.)
+const pgMoveRecordsSQL = `UPDATE ` + AppliedTable + ` AS a SET part = o.p, seq = o.s
+FROM (SELECT l.collection, l.id, l.seq, u.p, u.s, u.f FROM ` + AppliedTable + ` AS l
+	JOIN unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[]) AS u(c, i, p, s, f)
+	ON l.collection = u.c AND l.id = u.i
+	ORDER BY l.collection, l.id
+	FOR UPDATE OF l) AS o
+WHERE a.collection = o.collection AND a.id = o.id
+RETURNING 1 / (o.seq < o.f)::int`
+
+func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, wrapErr("apply", err, pgPermanent)
+	}
+	// Release destroys a connection left inside a transaction; the
+	// rollback below lets the pool keep it.
+	defer conn.Release()
+	defer func() {
+		if err != nil {
+			pgRollback(conn.Conn())
+		}
+	}()
+
+	// A plan that fails as if every change applied may not fail for the
+	// changes that do (a patch after a delete that was applied before):
+	// only the second plan's errors count.
+	if plan, err := b.plan(nil, func(*Table, string) (change.Doc, error) { return nil, errNeedsRow }); err == nil {
+		res, err := s.applyPlan(ctx, conn.Conn(), plan, b)
+		if !errors.Is(err, errBehind) {
+			return res, err
+		}
+	}
+
+	applied, err := pgLockRecords(ctx, conn.Conn(), b)
+	if err != nil {
+		return nil, wrapErr("apply: lock applied records", err, pgPermanent)
+	}
+	plan, err := b.plan(applied, func(t *Table, id string) (change.Doc, error) {
+		q := lockRowQuery(pgDialect{}, t, id)
+		cells, err := pgScanRow(conn.Conn().QueryRow(ctx, q.String(), q.args...), t)
+		return lockedRow(t, cells, err, pgx.ErrNoRows, pgPermanent)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.applyPlan(ctx, conn.Conn(), plan, nil)
+}
+
+// applyPlan sends the effect statements of plan, moves the records and
+// commits, in one round trip. With lock set, the batch begins with batch 1
+// of Apply and the check that the plan holds (pgCheckBehindSQL); if it
+// does not, the transaction is rolled back and errBehind returned.
+func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan, lock *applyBatch) ([]Result, error) {
+	casts := make([]map[string]string, len(plan.patches))
+	for i, g := range plan.patches {
+		var err error
+		if casts[i], err = s.casts(ctx, conn, g.t); err != nil {
+			return nil, wrapErr("apply: describe "+g.t.Name, err, pgPermanent)
+		}
+	}
+	var cols, ids []string
+	var parts, seqs []int64
+	for _, r := range plan.records {
+		cols, ids = append(cols, r.Collection), append(ids, r.ID)
+		parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
+	}
+	batch := &pgx.Batch{}
+	if lock != nil {
+		// Every write applies whole (the plan assumed so): the records
+		// are the batch's documents in lock order.
+		firsts := make([]int64, len(lock.order))
+		for j, i := range lock.order {
+			firsts[j] = lock.writes[i].Changes[0].Seq
+		}
+		_, _, lockParts := lock.keys()
+		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLockRecords
+		batch.Queue(pgInsertRecordsSQL, cols, ids, lockParts)
+		batch.Queue(pgMoveRecordsSQL, cols, ids, parts, seqs, firsts)
+	}
+	var deletes []*query
+	for _, g := range plan.deletes {
+		deletes = append(deletes, g.queries(pgDialect{})...)
+	}
+	for _, q := range deletes {
+		batch.Queue(q.String(), q.args...)
+	}
+	for i, g := range plan.patches {
+		q, err := pgPatchQuery(g, casts[i])
+		if err != nil {
+			return nil, err
+		}
+		batch.Queue(q.String(), q.args...)
+	}
+	// ON CONFLICT (key) fires on the primary key only: a put that breaks
+	// another unique constraint fails, as it should.
+	var puts []*query
+	for _, g := range plan.puts {
+		puts = append(puts, putQueries(pgDialect{}, g.t, g.cols, g.rows, true)...)
+	}
+	for _, q := range puts {
+		batch.Queue(q.String(), q.args...)
+	}
+	if lock == nil && len(plan.records) > 0 {
+		batch.Queue(pgUpdateRecordsSQL, cols, ids, parts, seqs)
+	}
+	batch.Queue("COMMIT")
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	if lock != nil {
+		for range 2 { // BEGIN, insert
+			if _, err := br.Exec(); err != nil {
+				return nil, wrapErr("apply: lock applied records", err, pgPermanent)
+			}
+		}
+		tag, err := br.Exec()
+		if err == nil && tag.RowsAffected() != int64(len(ids)) {
+			err = fmt.Errorf("store: apply: moved %d applied records, expected %d", tag.RowsAffected(), len(ids))
+		}
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero
+				// The server skipped the rest of the batch, COMMIT
+				// included: the transaction is left failed.
+				_ = br.Close()
+				if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+					return nil, wrapErr("apply: rollback", err, pgPermanent)
+				}
+				return nil, errBehind
+			}
+			return nil, wrapErr("apply: lock applied records", err, pgPermanent)
+		}
+	}
+	for range deletes {
+		if _, err := br.Exec(); err != nil {
+			return nil, wrapErr("apply", err, pgPermanent)
+		}
+	}
+	for _, g := range plan.patches {
+		if err := pgReadPatched(br, g, plan.results); err != nil {
+			return nil, wrapErr("apply", err, pgPermanent)
+		}
+	}
+	for range puts {
+		if _, err := br.Exec(); err != nil {
+			return nil, wrapErr("apply", err, pgPermanent)
+		}
+	}
+	if lock == nil && len(plan.records) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, wrapErr("apply: update applied records", err, pgPermanent)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, wrapErr("apply: commit", err, pgPermanent)
+	}
+	// COMMIT of a transaction that failed answers ROLLBACK, not an error.
+	if tag.String() != "COMMIT" {
+		return nil, &Error{Err: errors.New("store: apply: the transaction was rolled back at commit")}
+	}
+	if err := br.Close(); err != nil {
+		return nil, wrapErr("apply: commit", err, pgPermanent)
+	}
+	return plan.results, nil
+}
+
+// pgPatchQuery is the one statement of a patch group: an UPDATE joined
+// with the group's rows, sent as one array per value column, whose
+// RETURNING names the rows it found.
+//
+//	UPDATE t SET a = v.v1::<a's type>, n = COALESCE(t.n, 0) + v.v2
+//	FROM unnest($1::text[], $2::text[], $3::int8[]) AS v(k, v1, v2)
+//	WHERE t.key = v.k::<key's type> RETURNING v.k
+//
+// Values to set travel as text, as in every other statement of the store,
+// and the typed cast does what inferring an untyped parameter's type from
+// its column does for those: the type's input function parses the text,
+// and the assignment applies the column's type modifier (length, scale).
+// Amounts travel as int8 or float8 arrays, the types of the per-row
+// statement's amounts, so that the database adds exactly as it did.
+func pgPatchQuery(g *patchGroup, casts map[string]string) (*query, error) {
+	d := pgDialect{}
+	keyType := "int8" // as keyParam: an id beyond an int4 key's range finds no row
+	if g.t.Schema.KeyType() != change.TypeInt {
+		keyType = casts[g.t.Schema.Key]
+	}
+	for _, c := range append([]string{g.t.Schema.Key}, colNames(g.cols)...) {
+		if casts[c] == "" {
+			return nil, fmt.Errorf("store: %s has no column %q in the database", g.t.Name, c)
+		}
+	}
+	// One array per value: the keys, then per column its value or its
+	// amounts (see patchGroup.rows).
+	arrays, types := []any{g.ids}, []string{"text[]"}
+	for _, pc := range g.cols {
+		for range max(1, pc.amounts) {
+			i := len(arrays) - 1 // the value's index in a row
+			switch {
+			case pc.amounts == 0:
+				vals := make([]*string, len(g.rows))
+				for r, row := range g.rows {
+					if v, ok := row[i].(string); ok {
+						vals[r] = &v
+					}
+				}
+				arrays, types = append(arrays, vals), append(types, "text[]")
+			case pc.c.Type == change.TypeFloat:
+				arrays, types = append(arrays, column[float64](g.rows, i)), append(types, "float8[]")
+			default:
+				arrays, types = append(arrays, column[int64](g.rows, i)), append(types, "int8[]")
+			}
+		}
+	}
+	names := make([]string, len(arrays))
+	names[0] = "k"
+	for i := 1; i < len(names); i++ {
+		names[i] = "v" + strconv.Itoa(i)
+	}
+	q := newQuery(d).add("UPDATE ", quoteTable(d, g.t.Name), " AS t SET ")
+	setList(q, g.t, g.cols,
+		func(col string) string { return "t." + col },
+		func(col string) string { return col },
+		func(i int, pc patchCol) string {
+			if pc.amounts > 0 {
+				return "v." + names[i+1]
+			}
+			return "v." + names[i+1] + "::" + casts[pc.c.Name]
+		})
+	q.add(" FROM unnest(")
+	for i, a := range arrays {
+		if i > 0 {
+			q.add(", ")
+		}
+		q.add(q.arg(a), "::", types[i])
+	}
+	q.add(") AS v(", strings.Join(names, ", "), ") WHERE t.", d.ident(g.t.Schema.Key), " = v.k::", keyType, " RETURNING v.k")
+	return q, nil
+}
+
+// column returns the i-th value of each row.
+func column[T any](rows [][]any, i int) []T {
+	out := make([]T, len(rows))
+	for r, row := range rows {
+		out[r] = row[i].(T)
+	}
+	return out
+}
+
+func colNames(cols []patchCol) []string {
+	out := make([]string, len(cols))
+	for i, pc := range cols {
+		out[i] = pc.c.Name
+	}
+	return out
+}
+
+// pgReadPatched reads the keys a patch group's statement returned, and
+// marks the rows it did not find Missing.
+func pgReadPatched(br pgx.BatchResults, g *patchGroup, results []Result) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	found := make(map[string]bool, len(g.ids))
+	var k string
+	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+		found[k] = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	for r, id := range g.ids {
+		if !found[id] {
+			results[g.writes[r]].Missing = true
+		}
+	}
+	return nil
+}
+
+// casts returns the type of each column of t, the cast of its values in a
+// patch group's statement, from what Describe found or else from the
+// catalog.
+func (s *pgStore) casts(ctx context.Context, conn *pgx.Conn, t *Table) (map[string]string, error) {
+	if v, ok := s.types.Load(t.Name); ok {
+		return v.(map[string]string), nil
+	}
+	cols, err := pgDescribeColumns(ctx, conn, quoteTable(pgDialect{}, t.Name))
+	if err != nil {
+		return nil, err
+	}
+	types := make(map[string]string, len(cols))
+	for _, c := range cols {
+		types[c.Name] = c.cast
+	}
+	s.types.Store(t.Name, types)
+	return types, nil
+}
+
+// pgLockRecords runs the first batch of Apply and returns the applied seq
+// of every document of b.
+func pgLockRecords(ctx context.Context, conn *pgx.Conn, b *applyBatch) (map[docKey]int64, error) {
+	cols, ids, parts := b.keys()
+	batch := &pgx.Batch{}
+	// READ COMMITTED whatever the server's default: under REPEATABLE READ
+	// the FOR UPDATE below would fail with a serialization error instead
+	// of reading the seq that the transaction it waited for committed.
+	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	batch.Queue(pgInsertRecordsSQL, cols, ids, parts)
+	batch.Queue(pgLockRecordsSQL, cols, ids)
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[docKey]int64, len(ids))
+	var k docKey
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&k.collection, &k.id, &seq}, func() error {
+		applied[k] = seq
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(applied) != len(ids) {
+		return nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
+	}
+	return applied, br.Close()
+}
+
+// pgRollback ends the transaction a failed Apply left open, if the
+// connection is still usable.
+func pgRollback(conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}
