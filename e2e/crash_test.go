@@ -190,9 +190,26 @@ func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills 
 			}
 		}()
 	}
+	// Each incarnation lives a random 50–350 ms and, beyond that, until it
+	// has acknowledged perIncarnation writes or died at its armed fault: on
+	// a loaded machine (CI runs packages side by side, under the race
+	// detector) a start can take longer than the whole window, and a kill
+	// schedule by the clock alone then kills sidecars that never served.
+	const perIncarnation = 60
+	ackedNow := func() int64 {
+		modelMu.Lock()
+		defer modelMu.Unlock()
+		return acked
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for k := range kills {
+		from := ackedNow()
 		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if ackedNow()-from >= perIncarnation || cr.current().exited() {
+				break
+			}
+		}
 		cr.restart(faults[k%len(faults)])
 	}
 	close(stop)
