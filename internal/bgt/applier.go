@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/jitter"
 	"github.com/writeback/writeback/internal/metrics"
@@ -71,6 +73,9 @@ type Applier struct {
 	// could leave the older value last.
 	parts []sync.Mutex
 
+	floorsMu sync.Mutex
+	floors   buffer.Floors // the last Floors read
+
 	unknown throttle // warnings about pending documents of unknown collections
 
 	compacting sync.Mutex                   // held by a compaction round; guards idle
@@ -134,30 +139,66 @@ func (a *Applier) stores() map[string]store.Store {
 	return out
 }
 
-// Prepare raises every partition's sequence above the highest seq any store
-// recorded as applied, for any document. Without it, a Redis that lost its
+// Floors reads the highest seq every store recorded as applied, per
+// partition and over all of them. When a store cannot be read it returns
+// the error and the floors last read: floors only grow, so older ones still
+// catch a rollback below them.
+func (a *Applier) Floors(ctx context.Context) (buffer.Floors, error) {
+	f := buffer.Floors{Part: map[int]int64{}}
+	for name, st := range a.stores() {
+		m, err := st.AppliedMax(ctx)
+		if err != nil {
+			a.floorsMu.Lock()
+			defer a.floorsMu.Unlock()
+			return a.floors, fmt.Errorf("bgt: reading applied records of store %s: %w", name, err)
+		}
+		for p, s := range m {
+			if p == store.AnyPartition {
+				f.AnyPart = max(f.AnyPart, s)
+			} else {
+				f.Part[p] = max(f.Part[p], s)
+			}
+			f.Global = max(f.Global, s)
+		}
+	}
+	a.floorsMu.Lock()
+	a.floors = f
+	a.floorsMu.Unlock()
+	return f, nil
+}
+
+// Prepare makes every partition's sequence safe to hand out: on every
+// Redis node it checks for a node that came back with older data than the
+// stores applied (drops its cache entries) and raises the sequences above
+// the highest seq any store recorded as applied, for any document
+// (buffer.CheckRollback). Without it, a Redis that lost or rolled back its
 // counters would hand out sequence numbers the applied records already
 // cover, and their changes would be skipped as duplicates. The floor is the
 // global maximum, not each partition's own: after a change of α a document
 // moves to another partition, whose counter must still exceed the
-// document's record.
+// document's record. Server runs it at start, when a write finds a
+// sequence missing, on every new Redis server it connects to, and
+// periodically.
 func (a *Applier) Prepare(ctx context.Context) error {
-	var floor int64
-	for name, st := range a.stores() {
-		m, err := st.AppliedMax(ctx)
-		if err != nil {
-			return fmt.Errorf("bgt: reading applied records of store %s: %w", name, err)
-		}
-		for _, s := range m {
-			floor = max(floor, s)
-		}
+	f, err := a.Floors(ctx)
+	if err != nil {
+		return err
 	}
-	// Every partition's sequence is created here, even at 0: from now on a
-	// missing one means Redis lost it (see buffer.Buffer.Reseed).
-	for p := range a.buf.Partitions() {
-		if err := a.buf.RaiseSeq(ctx, p, floor); err != nil {
-			return fmt.Errorf("bgt: raising sequence of partition %d: %w", p, err)
-		}
+	return a.buf.ForEachNode(ctx, func(ctx context.Context, node redis.Cmdable) error {
+		return a.CheckNode(ctx, node, f)
+	})
+}
+
+// CheckNode is Prepare for one Redis node, with the floors already read.
+func (a *Applier) CheckNode(ctx context.Context, node redis.Cmdable, f buffer.Floors) error {
+	r, err := a.buf.CheckRollback(ctx, node, f)
+	if err != nil {
+		return fmt.Errorf("bgt: checking Redis for a rollback: %w", err)
+	}
+	if r.RolledBack {
+		a.m.RedisRollbacks.Inc()
+		a.log.Error("Redis came back with older data than the stores applied (restarted from an older snapshot, or failed over to a lagging replica): its cache entries were dropped and its sequences raised; writes buffered after that snapshot and not applied are lost unless redis.replicas was met",
+			"partitions", r.Partitions, "raised", r.Raised, "dropped", r.Dropped)
 	}
 	return nil
 }

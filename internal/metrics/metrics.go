@@ -49,6 +49,7 @@ type Metrics struct {
 	ApplyDuration     prometheus.Histogram   // apply_duration_seconds
 	ApplyErrors       *prometheus.CounterVec // apply_errors_total{kind}
 	DuplicatesSkipped prometheus.Counter     // duplicates_skipped_total
+	RedisRollbacks    prometheus.Counter     // redis_rollbacks_total
 	ConvertedWrites   prometheus.Counter     // converted_writes_total
 	LeaseConflicts    *prometheus.CounterVec // lease_conflicts_total{kind}
 	StoreUp           *prometheus.GaugeVec   // store_up{store}
@@ -153,6 +154,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		DuplicatesSkipped: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "duplicates_skipped_total",
 			Help: "Changes skipped because the store's applied records show an earlier attempt applied them.",
+		}),
+		RedisRollbacks: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "redis_rollbacks_total",
+			Help: "Redis nodes found holding older data than the stores applied (restarted from an older snapshot, failed over to a lagging replica): their cache entries were dropped and sequences raised before any write.",
 		}),
 		ConvertedWrites: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "converted_writes_total",

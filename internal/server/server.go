@@ -42,6 +42,7 @@ type Server struct {
 	cfg      *config.Config
 	log      *slog.Logger
 	rdb      redis.UniversalClient
+	guard    *guard // checks every new Redis server for a rollback
 	stores   map[string]store.Store
 	buf      *buffer.Buffer
 	app      *bgt.Applier
@@ -65,7 +66,8 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			s.close()
 		}
 	}()
-	s.rdb = newRedis(cfg.Redis)
+	s.guard = newGuard()
+	s.rdb = newRedis(cfg.Redis, s.guard.onConnect)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
@@ -131,6 +133,10 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		RetryBackoff: wb.RetryBackoff.Duration,
 	}, s.buf, applied, s.m, log)
 	s.buf.Reseed = s.app.Prepare
+	// From here on every Redis server the sidecar connects to is checked
+	// for a rollback before its first command; Prepare checks the ones it
+	// is connected to already.
+	s.guard.start(s.app)
 	if err := s.app.Prepare(ctx); err != nil {
 		return nil, err
 	}
@@ -167,29 +173,36 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	return s, nil
 }
 
+// rollbackCheckEvery is how often the sidecar checks, besides on every new
+// connection, that Redis holds no older data than the stores applied.
+const rollbackCheckEvery = 30 * time.Second
+
 // replicaTimeout bounds how long a write waits for its replicas (WAIT).
 const replicaTimeout = 2 * time.Second
 
 // newRedis returns the client for the configured mode: one server, a
 // Sentinel-managed primary (failover is Redis's own; the client follows the
 // new primary), or a Redis Cluster (every script's keys share a hash tag).
-func newRedis(c config.Redis) redis.UniversalClient {
+func newRedis(c config.Redis, onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
 	switch c.Mode {
 	case config.ModeSentinel:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.MasterName, SentinelAddrs: c.Addrs,
 			Username: c.Username, Password: c.Password, DB: c.DB,
 			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+			OnConnect: onConnect,
 		})
 	case config.ModeCluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
 			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+			OnConnect: onConnect,
 		})
 	}
 	return redis.NewClient(&redis.Options{
 		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB,
 		DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+		OnConnect: onConnect,
 	})
 }
 
@@ -301,7 +314,16 @@ func (s *Server) watch(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	limit := int64(s.cfg.Writeback.PinnedMemoryLimit)
+	// A Redis that rolls back without dropping connections (DEBUG RELOAD,
+	// a replica resync) is caught by the periodic check.
+	nextCheck := time.Now().Add(rollbackCheckEvery)
 	for {
+		if time.Now().After(nextCheck) {
+			nextCheck = time.Now().Add(rollbackCheckEvery)
+			if err := s.app.Prepare(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("periodic Redis rollback check failed", "err", err)
+			}
+		}
 		st, err := s.buf.Stats(ctx)
 		if err == nil {
 			s.m.PendingChanges.Set(float64(st.PendingChanges))

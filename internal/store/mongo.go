@@ -360,8 +360,8 @@ func (s *mongoStore) replaceWith(ctx context.Context, coll *mongo.Collection, w 
 	return false, fmt.Errorf("store: mongodb: document %s keeps changing under the applier", w.ID)
 }
 
-// AppliedMax returns the highest stamp of the described collections (as
-// partition 0's: the caller takes the maximum over all of them).
+// AppliedMax returns the highest stamp of the described collections, under
+// AnyPartition: stamps do not record partitions.
 func (s *mongoStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
 	s.mu.Lock()
 	names := make([]string, 0, len(s.colls))
@@ -383,7 +383,7 @@ func (s *mongoStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
 			top = max(top, v)
 		}
 	}
-	return map[int]int64{0: top}, nil
+	return map[int]int64{AnyPartition: top}, nil
 }
 
 // CompactApplied has nothing to do: the stamps live in the documents.

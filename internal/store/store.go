@@ -42,6 +42,10 @@ type Result struct {
 	Missing bool
 }
 
+// AnyPartition is AppliedMax's key for the highest seq of records that do
+// not say which partition they came from.
+const AnyPartition = -1
+
 // Store is one database.
 //
 // Apply is the heart of exactly-once: in ONE transaction it (1) locks the
@@ -68,7 +72,8 @@ type Store interface {
 	// Apply applies the writes in one transaction, exactly once (see above).
 	// results[i] belongs to writes[i]. On error nothing was committed.
 	Apply(ctx context.Context, writes []Write) ([]Result, error)
-	// AppliedMax returns, per partition, the highest applied seq recorded.
+	// AppliedMax returns, per partition, the highest applied seq recorded
+	// (under AnyPartition where the store does not record partitions).
 	AppliedMax(ctx context.Context) (map[int]int64, error)
 	// CompactApplied deletes the applied records of (collection, id) pairs
 	// whose seq is still exactly the given one (a record that moved on since
