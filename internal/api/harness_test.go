@@ -61,6 +61,7 @@ type opts struct {
 	sessions bool // configure a queue family and a mapping
 	proxy    bool // reach PostgreSQL through a proxy the test can cut
 	edit     func(*config.Config)
+	before   func(*world) // runs once the tables exist, before the sidecar starts
 }
 
 // newWorld creates the tables and starts the sidecar; everything is removed
@@ -137,6 +138,9 @@ log: {level: error}
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	if o.before != nil {
+		o.before(w)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	srv, err := server.New(context.Background(), cfg, prometheus.NewRegistry(), log)

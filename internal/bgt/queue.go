@@ -303,7 +303,7 @@ func (a *QueueApplier) applyHead(ctx context.Context, f *session.Family, queue s
 func (a *QueueApplier) applyBatch(ctx context.Context, f *session.Family, queue string, head []session.Pending) (int, error) {
 	sessions := make([]store.Session, len(head))
 	for i, pd := range head {
-		sessions[i] = store.Session{ID: pd.Object.ID, Queue: queue, Seq: pd.Seq, Statements: pd.Object.Statements}
+		sessions[i] = store.Session{ID: pd.Object.ID, Queue: queue, Seq: pd.Seq, Statements: pd.Object.Statements, Role: f.Role}
 	}
 	fault.Hit(FaultQueueBeforeCommit)
 	start := time.Now()

@@ -104,6 +104,10 @@ type Queue struct {
 	// durable in Redis) or PolicyWriteThrough (acknowledged once the store
 	// has applied the session, and every session before it in its queue).
 	Policy string `yaml:"policy"`
+	// Role (PostgreSQL only) is the database role the family's session
+	// statements run under (SET LOCAL ROLE in their transaction), so that
+	// the database bounds them too; the sidecar's user must be a member.
+	Role string `yaml:"role"`
 }
 
 // WriteThrough reports whether the family's commits wait for the store.

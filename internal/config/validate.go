@@ -174,6 +174,14 @@ func (c *Config) validateQueues(v *validator) {
 				v.addf("%s.tables[%d]: %q is not a valid table name; use letters, digits and '_', starting with a letter or '_'", p, i, t)
 			}
 		}
+		if q.Role != "" {
+			if !nameRE.MatchString(q.Role) {
+				v.addf("%s.role: %q is not a valid role name; use letters, digits and '_', starting with a letter or '_' (at most 63 characters)", p, q.Role)
+			}
+			if st, ok := c.Stores[q.Store]; ok && st.Driver == DriverMySQL {
+				v.addf("%s.role: a MySQL or MariaDB role adds privileges to the user's rather than restricting them; remove role and give the queue a store of its own whose user may change only its tables and writeback_applied_sessions", p)
+			}
+		}
 	}
 }
 

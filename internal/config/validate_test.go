@@ -157,6 +157,12 @@ func TestValidate(t *testing.T) {
 			"queues.bank.tables: the queue lists no table; list the tables its sessions may change"},
 		{"queue table name", func(c *Config) { c.Queues["bank"] = Queue{Store: "pg", Tables: []string{"account", "drop table"}} },
 			`queues.bank.tables[1]: "drop table" is not a valid table name; use letters, digits and '_', starting with a letter or '_'`},
+		{"queue role name", func(c *Config) { c.Queues["bank"] = Queue{Store: "pg", Tables: []string{"a"}, Role: `x"; RESET ROLE`} },
+			`queues.bank.role: "x\"; RESET ROLE" is not a valid role name; use letters, digits and '_', starting with a letter or '_' (at most 63 characters)`},
+		{"queue role on mysql", func(c *Config) {
+			c.Queues["bank"] = Queue{Store: "maria", Tables: []string{"a"}, Role: "bank_sessions"}
+		},
+			"queues.bank.role: a MySQL or MariaDB role adds privileges to the user's rather than restricting them; remove role and give the queue a store of its own whose user may change only its tables and writeback_applied_sessions"},
 		{"queue name", func(c *Config) { c.Queues["9bank"] = Queue{Store: "pg", Tables: []string{"a"}} },
 			`queues."9bank": the name must start with a letter or '_' and hold only letters, digits and '_' (at most 63 characters); rename it`},
 		{"partitions zero", func(c *Config) { c.Writeback.Partitions = 0 },

@@ -43,7 +43,12 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		if !ok {
 			return fmt.Errorf("queues.%s.store: store %s cannot apply sessions; use a postgres or mysql store", name, qc.Store)
 		}
-		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables, WriteThrough: qc.WriteThrough()}
+		if qc.Role != "" {
+			if err := ss.CheckRole(ctx, qc.Role); err != nil {
+				return fmt.Errorf("queues.%s.role: %w", name, err)
+			}
+		}
+		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables, Role: qc.Role, WriteThrough: qc.WriteThrough()}
 		families[name] = qc.Store
 	}
 	mstores := map[string]mappings.Store{}

@@ -39,6 +39,9 @@ type Family struct {
 	StoreName string
 	Store     store.SessionStore
 	Tables    []string
+	// Role is the database role its statements run under ("": the
+	// store's user).
+	Role string
 	// WriteThrough: a commit is acknowledged only once the store has
 	// applied its session (and every session before it in its queue);
 	// otherwise once the session is durable in Redis (write-back).

@@ -23,8 +23,9 @@ import (
 // runs statements itself.
 type fakeStore struct{}
 
-func (fakeStore) Dialect() string                       { return "postgres" }
-func (fakeStore) PrepareSessions(context.Context) error { return nil }
+func (fakeStore) Dialect() string                         { return "postgres" }
+func (fakeStore) PrepareSessions(context.Context) error   { return nil }
+func (fakeStore) CheckRole(context.Context, string) error { return nil }
 func (fakeStore) ApplySessions(context.Context, []store.Session) ([]bool, error) {
 	return nil, errors.New("not here")
 }

@@ -2,22 +2,23 @@
 // later by an applier: one parameterised INSERT, UPDATE or DELETE of one
 // table its queue declares, whose values all come through placeholders. It
 // also checks the parameterised SELECTs of mapping plugins. It lexes SQL
-// in PostgreSQL's or MySQL's dialect and parses no more than it must; it
-// does no I/O.
+// in PostgreSQL's or MySQL's dialect and does no I/O.
 //
-// It errs on the side of refusing: string literals, comments, subqueries,
-// other tables (FROM, JOIN, USING, a second INTO), several statements and
-// functions outside a short allowlist are refused, with a sentence saying
+// A session statement is an allow-list: it must fit a small grammar
+// (parser, in dml.go) whose names are the declared table, its alias,
+// columns, and functions and cast types of short lists (words.go). Any
+// other token is refused: string literals, comments, quoted or qualified
+// function names, subqueries, other tables, array subscripts, variables,
+// several statements, unknown operators. A refusal is one sentence saying
 // what to do instead. Such a statement could read or write what the queue
-// does not order, or smuggle values past the placeholders.
+// does not order, call what the sidecar's database role may call, or
+// smuggle values past the placeholders.
 package sqlcheck
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Dialect is the SQL flavour of a store.
@@ -36,207 +37,27 @@ func (e *Error) Error() string { return e.Msg }
 
 func refuse(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
 
-// Kind is the kind of a token.
-type Kind int
-
-// Token kinds.
-const (
-	Ident       Kind = iota // a name or keyword; Text is folded to lower case unless quoted
-	QuotedIdent             // a quoted name, Text unquoted and exact
-	Number
-	Placeholder // $n or ?; Text is the number (1-based) for $n, "?" for ?
-	String      // a string literal (only when allowed)
-	Punct       // operators and punctuation: ( ) , . ; = < > + - * / % etc.
-)
-
-// Token is one lexeme.
-type Token struct {
-	Kind Kind
-	Text string
-	Pos  int // byte offset
-}
-
-// lexOptions tune Lex.
-type lexOptions struct {
-	strings bool // allow string literals (trusted mapping queries)
-}
-
-// Lex splits sql into tokens. Comments and, unless allowed, string
-// literals are refused.
-func lex(d Dialect, sql string, o lexOptions) ([]Token, error) {
-	if !utf8.ValidString(sql) {
-		return nil, refuse("the statement is not valid UTF-8")
-	}
-	var out []Token
-	i := 0
-	for i < len(sql) {
-		c := sql[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
-			i++
-		case c == '-' && strings.HasPrefix(sql[i:], "--"), c == '/' && strings.HasPrefix(sql[i:], "/*"), c == '#' && d == MySQL:
-			return nil, refuse("the statement contains a comment at byte %d; remove it", i)
-		case c == '\'' || (c == '"' && d == MySQL) || ((c == 'E' || c == 'e') && d == Postgres && i+1 < len(sql) && sql[i+1] == '\''):
-			if !o.strings {
-				return nil, refuse("the statement contains a string literal at byte %d; pass values as arguments through placeholders (%s)", i, placeholderHint(d))
-			}
-			start := i
-			q := c
-			if c == 'E' || c == 'e' {
-				i++
-				q = '\''
-			}
-			i++
-			for {
-				if i >= len(sql) {
-					return nil, refuse("the string literal at byte %d is not closed", start)
-				}
-				if sql[i] == '\\' && (d == MySQL || c == 'E' || c == 'e') {
-					i += 2
-					continue
-				}
-				if sql[i] == q {
-					if i+1 < len(sql) && sql[i+1] == q {
-						i += 2
-						continue
-					}
-					i++
-					break
-				}
-				i++
-			}
-			out = append(out, Token{Kind: String, Text: sql[start:i], Pos: start})
-		case c == '"' && d == Postgres, c == '`' && d == MySQL:
-			start := i
-			var b strings.Builder
-			i++
-			for {
-				if i >= len(sql) {
-					return nil, refuse("the quoted name at byte %d is not closed", start)
-				}
-				if sql[i] == c {
-					if i+1 < len(sql) && sql[i+1] == c {
-						b.WriteByte(c)
-						i += 2
-						continue
-					}
-					i++
-					break
-				}
-				b.WriteByte(sql[i])
-				i++
-			}
-			out = append(out, Token{Kind: QuotedIdent, Text: b.String(), Pos: start})
-		case c == '$' && d == Postgres:
-			j := i + 1
-			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
-				j++
-			}
-			if j == i+1 {
-				return nil, refuse("the statement contains a dollar-quoted string or a stray $ at byte %d; use placeholders $1, $2 … for values", i)
-			}
-			out = append(out, Token{Kind: Placeholder, Text: sql[i+1 : j], Pos: i})
-			i = j
-		case c == '?':
-			if d != MySQL {
-				return nil, refuse("placeholder ? at byte %d is MySQL's; this store is PostgreSQL, use $1, $2 …", i)
-			}
-			out = append(out, Token{Kind: Placeholder, Text: "?", Pos: i})
-			i++
-		case c >= '0' && c <= '9' || (c == '.' && i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9'):
-			start := i
-			for i < len(sql) && (isDigit(sql[i]) || sql[i] == '.' || sql[i] == 'e' || sql[i] == 'E' ||
-				((sql[i] == '+' || sql[i] == '-') && (sql[i-1] == 'e' || sql[i-1] == 'E'))) {
-				i++
-			}
-			if i < len(sql) && isIdentStart(rune(sql[i])) {
-				return nil, refuse("malformed number at byte %d", start)
-			}
-			out = append(out, Token{Kind: Number, Text: sql[start:i], Pos: start})
-		case isIdentStart(rune(c)) || c >= utf8.RuneSelf:
-			start := i
-			for i < len(sql) {
-				r, n := utf8.DecodeRuneInString(sql[i:])
-				if !isIdentPart(r) {
-					break
-				}
-				i += n
-			}
-			if i == start {
-				return nil, refuse("unexpected character %q at byte %d", sql[i:i+1], i)
-			}
-			out = append(out, Token{Kind: Ident, Text: strings.ToLower(sql[start:i]), Pos: start})
-		case strings.ContainsRune("(),.;=<>+-*/%!|&^~:[]@", rune(c)):
-			out = append(out, Token{Kind: Punct, Text: string(c), Pos: i})
-			i++
-		default:
-			return nil, refuse("unexpected character %q at byte %d", string(c), i)
-		}
-	}
-	return out, nil
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func isIdentStart(r rune) bool { return r == '_' || unicode.IsLetter(r) }
-
-func isIdentPart(r rune) bool {
-	return r == '_' || r == '$' || unicode.IsLetter(r) || unicode.IsDigit(r)
-}
-
-func placeholderHint(d Dialect) string {
-	if d == MySQL {
-		return "?"
-	}
-	return "$1, $2 …"
-}
-
-// refused are keywords no session statement may contain: they read or
-// write other tables, or combine statements.
-var refused = map[string]string{
-	"select":    "subqueries are not allowed; pass the values the statement needs as arguments",
-	"from":      "other tables are not allowed (FROM); a session statement changes one declared table",
-	"join":      "joins are not allowed; a session statement changes one declared table",
-	"using":     "USING is not allowed; a session statement changes one declared table",
-	"into":      "only INSERT INTO names a table",
-	"with":      "WITH is not allowed",
-	"table":     "TABLE is not allowed",
-	"union":     "UNION is not allowed",
-	"returning": "RETURNING is pointless in a session: its statements run later, on an applier",
-	"call":      "CALL is not allowed",
-	"do":        "DO is only allowed in ON CONFLICT … DO UPDATE | DO NOTHING",
-	"lock":      "LOCK is not allowed",
-	"outfile":   "OUTFILE is not allowed",
-	"dumpfile":  "DUMPFILE is not allowed",
-}
-
-// functions are the functions a session statement may call: pure ones over
-// its own row and arguments.
-var functions = map[string]bool{
-	"coalesce": true, "nullif": true, "greatest": true, "least": true, "abs": true, "round": true,
-	"floor": true, "ceil": true, "ceiling": true, "mod": true, "sign": true, "trunc": true, "truncate": true,
-	"lower": true, "upper": true, "length": true, "char_length": true, "concat": true, "substring": true, "substr": true,
-	"trim": true, "ltrim": true, "rtrim": true, "replace": true, "cast": true, "convert": true,
-	"now": true, "current_timestamp": true, "current_date": true, "localtimestamp": true, "utc_timestamp": true,
-	"jsonb_set": true, "json_set": true, "jsonb_insert": true, "json_insert": true, "json_replace": true,
-	"json_array_append": true, "json_remove": true, "to_jsonb": true, "jsonb_build_object": true, "json_object": true,
-	"json_array": true, "jsonb_build_array": true,
-	"values": true, // MySQL: ON DUPLICATE KEY UPDATE c = VALUES(c)
-	"in":     true, // IN (…) is not a call but looks like one
-	"row":    true,
-}
-
-// Statement is what CheckDML found: the statement's verb and table.
+// Statement is what CheckDML found: the statement's verb, its table and
+// the functions it calls.
 type Statement struct {
-	Verb  string // insert, update, delete
-	Table string
+	Verb      string // insert, update, delete
+	Table     string
+	Functions []string // sorted, from the allow-list
 }
 
 // CheckDML checks that sql is one INSERT, UPDATE or DELETE of a table in
-// tables (unquoted names compare case-insensitively), with exactly nargs
+// tables, in the grammar of parser (an allow-list), with exactly nargs
 // arguments for its placeholders, values only through placeholders, no
-// other table and only allowlisted functions.
+// other table and only allowlisted functions and types.
+//
+// Table names compare as the database resolves them: a quoted name
+// exactly; an unquoted one on PostgreSQL folded to lower case, then
+// exactly (declare the table as PostgreSQL stores its name); on MySQL
+// exactly (table names are case-sensitive on Linux).
 func CheckDML(d Dialect, sql string, tables []string, nargs int) (Statement, error) {
+	if d != Postgres && d != MySQL {
+		return Statement{}, refuse("unknown SQL dialect %q", d)
+	}
 	toks, err := lex(d, sql, lexOptions{})
 	if err != nil {
 		return Statement{}, err
@@ -247,132 +68,233 @@ func CheckDML(d Dialect, sql string, tables []string, nargs int) (Statement, err
 	if len(toks) == 0 {
 		return Statement{}, refuse("the statement is empty")
 	}
-	var st Statement
-	i := 0
-	expect := func(word string) error {
-		if i >= len(toks) || toks[i].Kind != Ident || toks[i].Text != word {
-			return refuse("expected %s after %s", strings.ToUpper(word), strings.ToUpper(st.Verb))
-		}
-		i++
-		return nil
-	}
 	if toks[0].Kind != Ident {
 		return Statement{}, refuse("the statement must be an INSERT, UPDATE or DELETE")
 	}
-	st.Verb = toks[0].Text
-	i = 1
+	p := &parser{d: d, toks: toks, i: 1, funcs: map[string]bool{}}
+	st := Statement{Verb: toks[0].Text}
 	switch st.Verb {
 	case "insert":
-		if err := expect("into"); err != nil {
-			return Statement{}, err
+		if d == MySQL {
+			p.accept("ignore")
+		}
+		if !p.accept("into") {
+			return Statement{}, refuse("expected INTO after INSERT")
 		}
 	case "update":
-		if i < len(toks) && toks[i].Kind == Ident && (toks[i].Text == "low_priority" || toks[i].Text == "ignore" || toks[i].Text == "only") {
-			i++
+		if d == Postgres {
+			p.accept("only")
+		} else {
+			p.accept("low_priority")
+			p.accept("ignore")
 		}
 	case "delete":
-		if err := expect("from"); err != nil {
-			return Statement{}, err
+		if !p.accept("from") {
+			return Statement{}, refuse("expected FROM after DELETE")
+		}
+		if d == Postgres {
+			p.accept("only")
 		}
 	default:
 		return Statement{}, refuse("%s statements are not allowed in a session; use INSERT, UPDATE or DELETE", strings.ToUpper(toks[0].Text))
 	}
-	if i >= len(toks) || (toks[i].Kind != Ident && toks[i].Kind != QuotedIdent) {
+	if err := prescan(toks, p.i); err != nil {
+		return Statement{}, err
+	}
+	tbl := p.peek()
+	if tbl.Kind != Ident && tbl.Kind != QuotedIdent {
 		return Statement{}, refuse("%s names no table", strings.ToUpper(st.Verb))
 	}
-	if i+1 < len(toks) && toks[i+1].Kind == Punct && toks[i+1].Text == "." {
-		return Statement{}, refuse("qualified table names (%s.…) are not allowed; name a table the queue declares", toks[i].Text)
+	if p.peekAt(1).Kind == Punct && p.peekAt(1).Text == "." {
+		return Statement{}, refuse("qualified table names (%s.…) are not allowed; name a table the queue declares", tbl.Text)
 	}
-	name := toks[i]
-	st.Table = declared(name, tables)
+	st.Table = declared(d, sql, tbl, tables)
 	if st.Table == "" {
-		return Statement{}, refuse("table %s is not declared for this queue; declare it under queues.<family>.tables or change a declared table (%s)", name.Text, strings.Join(tables, ", "))
-	}
-	tableAt := i
-	i++
-	if st.Verb == "update" && i < len(toks) && toks[i].Kind == Punct && toks[i].Text == "," {
-		return Statement{}, refuse("UPDATE of several tables is not allowed; a session statement changes one declared table")
-	}
-	maxPH, qmarks := 0, 0
-	for j := i; j < len(toks); j++ {
-		t := toks[j]
-		switch t.Kind {
-		case Punct:
-			if t.Text == ";" {
-				return Statement{}, refuse("the statement holds more than one statement (;); send each as its own entry of statements")
-			}
-		case Placeholder:
-			if t.Text == "?" {
-				qmarks++
-				continue
-			}
-			n, err := strconv.Atoi(t.Text)
-			if err != nil || n < 1 || n > 65535 {
-				return Statement{}, refuse("placeholder $%s is out of range", t.Text)
-			}
-			maxPH = max(maxPH, n)
-		case Ident:
-			if why, bad := refused[t.Text]; bad {
-				if t.Text == "do" && j > 0 && toks[j-1].Kind == Ident && toks[j-1].Text == "conflict" {
-					continue
-				}
-				if t.Text == "do" && j > 0 && toks[j-1].Kind == Punct && toks[j-1].Text == ")" && onConflict(toks, j) {
-					continue
-				}
-				return Statement{}, refuse("%s at byte %d: %s", strings.ToUpper(t.Text), t.Pos, why)
-			}
-			if j+1 < len(toks) && toks[j+1].Kind == Punct && toks[j+1].Text == "(" {
-				if st.Verb == "insert" && j-1 == tableAt {
-					continue // the column list
-				}
-				if functions[t.Text] || t.Text == "conflict" || t.Text == "set" {
-					continue
-				}
-				if p := toks[j-1]; (p.Kind == Ident && p.Text == "as") || (p.Kind == Punct && p.Text == ":") {
-					continue // a type with a modifier: CAST(x AS numeric(10, 2)), x::varchar(20)
-				}
-				return Statement{}, refuse("function %s is not allowed in a session statement; compute the value in the application and pass it as an argument", t.Text)
-			}
+		name := describeName(tbl)
+		if d == MySQL && tbl.Kind == Ident {
+			name = sql[tbl.Pos:tbl.End]
 		}
+		return Statement{}, refuse("table %s is not declared for this queue; declare it under queues.<family>.tables or change a declared table (%s)", name, strings.Join(tables, ", "))
 	}
-	want := maxPH
+	p.i++
+	p.quals = []Token{tbl}
+	switch st.Verb {
+	case "insert":
+		err = p.insert(st.Table)
+	case "update":
+		err = p.update()
+	case "delete":
+		err = p.delete()
+	}
+	if err != nil {
+		return Statement{}, err
+	}
+	if !p.done() {
+		return Statement{}, p.unexpected("the end of the statement")
+	}
+	want := p.maxPH
 	if d == MySQL {
-		want = qmarks
+		want = p.qmarks
 	}
 	if want != nargs {
 		return Statement{}, refuse("the statement has %d placeholders and %d arguments; pass one argument per placeholder", want, nargs)
 	}
+	st.Functions = p.functionsUsed()
 	return st, nil
 }
 
-// onConflict reports whether the DO at j follows ON CONFLICT (…).
-func onConflict(toks []Token, j int) bool {
-	depth := 0
-	for k := j - 1; k >= 1; k-- {
-		t := toks[k]
-		if t.Kind == Punct && t.Text == ")" {
-			depth++
-		} else if t.Kind == Punct && t.Text == "(" {
-			depth--
-			if depth == 0 {
-				return toks[k-1].Kind == Ident && toks[k-1].Text == "conflict"
+// prescan refuses, with their own sentence, the words that reach beyond
+// the statement's table (the parser would refuse them anyway): a clearer
+// answer than the parser's first unexpected token.
+func prescan(toks []Token, from int) error {
+	for j := from; j < len(toks); j++ {
+		t := toks[j]
+		if t.Kind == Punct && t.Text == ";" {
+			return refuse("the statement holds more than one statement (;); send each as its own entry of statements")
+		}
+		if t.Kind != Ident {
+			continue
+		}
+		why := refused[t.Text]
+		prev := ""
+		if j > 0 && toks[j-1].Kind == Ident {
+			prev = toks[j-1].Text
+		}
+		if why == "" || (t.Text == "from" && prev == "distinct") || (t.Text == "with" && (prev == "timestamp" || prev == "time")) {
+			continue
+		}
+		return refuse("%s at byte %d: %s", strings.ToUpper(t.Text), t.Pos, why)
+	}
+	return nil
+}
+
+func (p *parser) insert(table string) error {
+	if p.d == Postgres {
+		if err := p.alias(true); err != nil {
+			return err
+		}
+	}
+	if p.isP("(") {
+		if err := p.list(func() error { _, err := p.name("a column"); return err }); err != nil {
+			return err
+		}
+	}
+	if p.d == Postgres && p.accept("default") {
+		if !p.accept("values") {
+			return p.unexpected("VALUES after DEFAULT")
+		}
+	} else {
+		if !p.accept("values") && !(p.d == MySQL && p.accept("value")) {
+			if p.isP(",") {
+				return refuse("INSERT into several tables is not allowed; a session statement changes one declared table")
+			}
+			return p.unexpected("VALUES")
+		}
+		for {
+			if err := p.list(p.expr); err != nil {
+				return err
+			}
+			if !p.acceptP(",") {
+				break
 			}
 		}
 	}
-	return false
+	if !p.accept("on") {
+		return nil
+	}
+	if p.d == MySQL {
+		if !p.accept("duplicate") || !p.accept("key") || !p.accept("update") {
+			return p.unexpected("DUPLICATE KEY UPDATE after ON")
+		}
+		return p.assigns()
+	}
+	if !p.accept("conflict") {
+		return p.unexpected("CONFLICT after ON")
+	}
+	if p.accept("on") {
+		if !p.accept("constraint") {
+			return p.unexpected("CONSTRAINT after ON CONFLICT ON")
+		}
+		if _, err := p.name("a constraint's name"); err != nil {
+			return err
+		}
+	} else if p.isP("(") {
+		if err := p.list(p.expr); err != nil {
+			return err
+		}
+		if err := p.where(); err != nil {
+			return err
+		}
+	}
+	if !p.accept("do") {
+		return p.unexpected("DO after ON CONFLICT")
+	}
+	if p.accept("nothing") {
+		return nil
+	}
+	if !p.accept("update") || !p.accept("set") {
+		return p.unexpected("NOTHING or UPDATE SET after DO")
+	}
+	p.quals = append(p.quals, Token{Kind: Ident, Text: "excluded"})
+	if err := p.assigns(); err != nil {
+		return err
+	}
+	return p.where()
 }
 
-// declared returns the declared table tok names, or "".
-func declared(tok Token, tables []string) string {
+func (p *parser) update() error {
+	if err := p.alias(false); err != nil {
+		return err
+	}
+	if p.isP(",") {
+		return refuse("UPDATE of several tables is not allowed; a session statement changes one declared table")
+	}
+	if !p.accept("set") {
+		return p.unexpected("SET")
+	}
+	if err := p.assigns(); err != nil {
+		return err
+	}
+	if err := p.where(); err != nil {
+		return err
+	}
+	return p.orderLimit()
+}
+
+func (p *parser) delete() error {
+	if err := p.alias(false); err != nil {
+		return err
+	}
+	if p.isP(",") {
+		return refuse("DELETE from several tables is not allowed; a session statement changes one declared table")
+	}
+	if err := p.where(); err != nil {
+		return err
+	}
+	return p.orderLimit()
+}
+
+// declared returns the declared table tok names, or "": quoted names and
+// PostgreSQL's unquoted ones (folded) by their text, MySQL's unquoted ones
+// as written (MySQL does not fold table names on Linux).
+func declared(d Dialect, sql string, tok Token, tables []string) string {
+	name := tok.Text
+	if d == MySQL && tok.Kind == Ident {
+		name = sql[tok.Pos:tok.End]
+	}
 	for _, t := range tables {
-		if tok.Kind == QuotedIdent && tok.Text == t {
-			return t
-		}
-		if tok.Kind == Ident && strings.EqualFold(tok.Text, t) {
+		if name == t {
 			return t
 		}
 	}
 	return ""
+}
+
+func describeName(t Token) string {
+	if t.Kind == QuotedIdent {
+		return strconv.Quote(t.Text)
+	}
+	return t.Text
 }
 
 // Placeholders counts the parameters of a trusted query (a mapping's

@@ -21,6 +21,11 @@ type Session struct {
 	Queue      string // the queue it was committed to ("bank/3")
 	Seq        int64  // its position in the queue
 	Statements []Statement
+	// Role, when set, is the database role the statements run under
+	// (PostgreSQL: SET LOCAL ROLE around them); the sidecar's bookkeeping
+	// runs as its own user. A statement the role may not run
+	// (insufficient privilege) is then the session's fault: permanent.
+	Role string
 }
 
 // Statement is one parameterised DML statement, with its arguments as JSON
@@ -71,6 +76,8 @@ type SessionStore interface {
 	CompactAppliedSessions(ctx context.Context, ids []string) (int, error)
 	// CountAppliedSessions returns the number of applied records.
 	CountAppliedSessions(ctx context.Context) (int64, error)
+	// CheckRole fails unless sessions can run under role (Session.Role).
+	CheckRole(ctx context.Context, role string) error
 }
 
 // Sessions returns st's SessionStore, if it has one.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -103,6 +104,9 @@ func (s *myStore) applySessionsOnce(ctx context.Context, sessions []Session) ([]
 		if !applied[i] {
 			continue
 		}
+		if ss.Role != "" {
+			return nil, &Error{Err: fmt.Errorf("store: session %s: roles are not supported on MySQL", ss.ID)}
+		}
 		for j, st := range ss.Statements {
 			args, err := statementArgs("mysql", st)
 			if err != nil {
@@ -121,6 +125,13 @@ func (s *myStore) applySessionsOnce(ctx context.Context, sessions []Session) ([]
 		return nil, wrapErr("apply sessions: commit", err, myPermanent)
 	}
 	return applied, nil
+}
+
+// CheckRole refuses: a MySQL or MariaDB role adds privileges to the
+// user's rather than restricting them, so it cannot bound sessions; give
+// their queue a store whose user holds only the privileges they need.
+func (s *myStore) CheckRole(context.Context, string) error {
+	return errors.New("mysql: a role cannot restrict sessions on MySQL or MariaDB (a role's privileges add to the user's); give the queue a store of its own whose user may change only its tables and " + AppliedSessionsTable)
 }
 
 // myJSONKind maps a column's database type name to how its text becomes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -103,6 +104,10 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 		if !applied[i] {
 			continue
 		}
+		if ss.Role != "" {
+			batch.Queue("SET LOCAL ROLE " + pgx.Identifier{ss.Role}.Sanitize())
+			refs = append(refs, stmtRef{i, roleStmt})
+		}
 		for j, st := range ss.Statements {
 			args, err := statementArgs("postgres", st)
 			if err != nil {
@@ -110,6 +115,10 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 			}
 			batch.Queue(st.SQL, args...)
 			refs = append(refs, stmtRef{i, j})
+		}
+		if ss.Role != "" {
+			batch.Queue("SET LOCAL ROLE NONE")
+			refs = append(refs, stmtRef{i, roleStmt})
 		}
 	}
 	batch.Queue("COMMIT")
@@ -127,7 +136,14 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 			if pgRetryable(err) || !isPgServerError(err) {
 				return nil, wrapErr("apply sessions", err, pgPermanent)
 			}
-			return nil, sessionStmtError(sessions, r.session, r.stmt, err, pgPermanent)
+			if r.stmt == roleStmt { // the configuration's fault, not the session's: retry
+				return nil, &Error{Err: fmt.Errorf("store: apply sessions: set role %s: %w", sessions[r.session].Role, err)}
+			}
+			permanent := pgPermanent
+			if sessions[r.session].Role != "" {
+				permanent = pgPermanentUnderRole
+			}
+			return nil, sessionStmtError(sessions, r.session, r.stmt, err, permanent)
 		}
 	}
 	tag, err := br.Exec()
@@ -142,6 +158,34 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 	}
 	return applied, nil
 }
+
+// roleStmt marks the SET LOCAL ROLE entries among a batch's statements.
+const roleStmt = -1
+
+// pgPermanentUnderRole is pgPermanent for a session run under an
+// operator's role: insufficient privilege is the role's boundary working,
+// the session's fault, and dead-letters it like a constraint would.
+func pgPermanentUnderRole(err error) bool {
+	var pe *pgconn.PgError
+	return pgPermanent(err) || (errors.As(err, &pe) && pe.Code == "42501")
+}
+
+// CheckRole fails unless the store's user may SET ROLE role: it tries,
+// in a transaction it rolls back.
+func (s *pgStore) CheckRole(ctx context.Context, role string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if errors.Is(err, errRollback) {
+		return nil
+	}
+	return fmt.Errorf("postgres: SET ROLE %s: %w", role, err)
+}
+
+var errRollback = errors.New("rollback")
 
 // isPgServerError reports whether err is the server's answer to a
 // statement (not a broken connection or a cancelled context).
