@@ -71,6 +71,8 @@ type SessionStore interface {
 	CompactAppliedSessions(ctx context.Context, ids []string) (int, error)
 	// CountAppliedSessions returns the number of applied records.
 	CountAppliedSessions(ctx context.Context) (int64, error)
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
 }
 
 // Sessions returns st's SessionStore, if it has one.
