@@ -172,3 +172,85 @@ func TestStuckChangeRetriedForeverWithMaxRetriesZero(t *testing.T) {
 		t.Errorf("writeback_batch_splits_total = %v, want 0", v)
 	}
 }
+
+// poison installs a trigger on the bank's log that refuses a row tagged
+// 'poison' with an error outside the permanent list (PostgreSQL RAISE
+// EXCEPTION: P0001; MariaDB SIGNAL SQLSTATE '45000': 1644).
+func (b *bank) poison() {
+	b.t.Helper()
+	fn := b.log + "_guard"
+	if b.db == "pg" {
+		b.exec(fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.tag = 'poison' THEN RAISE EXCEPTION 'poison session %%', NEW.n; END IF;
+  RETURN NEW;
+END $$`, fn))
+		b.exec(fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION %s()", fn, b.log, fn))
+		b.t.Cleanup(func() {
+			_, _ = b.conn.Exec("DROP TABLE IF EXISTS " + b.log)
+			_, _ = b.conn.Exec("DROP FUNCTION IF EXISTS " + fn + "()")
+		})
+		return
+	}
+	b.exec(fmt.Sprintf(`CREATE TRIGGER %s BEFORE INSERT ON %s FOR EACH ROW
+BEGIN
+  IF NEW.tag = 'poison' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison session'; END IF;
+END`, fn, b.log))
+}
+
+// A session the store keeps rejecting with an error outside the permanent
+// list (a trigger's exception) is dead-lettered after maxRetries failed
+// batches, as a permanent error would: the sessions before it in its queue
+// are applied, its queue stops at it (the sessions behind it wait, in
+// order), and other queues go on.
+func TestStuckSessionIsDeadLettered(t *testing.T) {
+	for _, db := range []string{"pg", "maria"} {
+		t.Run(db, func(t *testing.T) {
+			b := newBank(t, db, 2, 3, 100)
+			b.poison()
+			addr := freeAddr(t)
+			sc := start(t, b.config(addr, "  maxRetries: 2\n  retryBackoff: 10ms\n", ""), addr)
+			ctx := context.Background()
+			logInsert := fmt.Sprintf("INSERT INTO %s (branch, n, tag) VALUES (%s, %s, %s)", b.log, b.ph(1), b.ph(2), b.ph(3))
+			b.blindTransfer(t, sc, 0, 0, 1, 10) // applied
+			s := begin(t, sc)                   // rejected by the trigger, with its transfer
+			wantOK(t, "poisoned commit", s.commit(client.Commit{Queue: b.queue(0),
+				Statements: append(b.transferStatements(0, 1, 2, 5), client.Statement{SQL: logInsert, Args: []any{0, 1, "poison"}})}))
+			b.blindTransfer(t, sc, 0, 2, 0, 3) // waits behind it
+			for range 5 {
+				b.blindTransfer(t, sc, 1, 0, 1, 1) // another queue: applied
+			}
+
+			code := map[string]string{"pg": "P0001", "maria": "1644"}[db]
+			var st client.QueueStatus
+			waitFor(t, 30*time.Second, "the poisoned queue stopped", func() bool {
+				var err error
+				st, err = sc.c.Queues(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st.StoppedQueues > 0
+			})
+			if st.StoppedQueues != 1 || len(st.DeadLetters) != 1 || st.DeadLetters[0].Queue != b.queue(0) {
+				t.Fatalf("queues: %+v; want queue %s stopped", st, b.queue(0))
+			}
+			if e := st.DeadLetters[0].Error; !strings.Contains(e, "poison session") || !strings.Contains(e, code) {
+				t.Errorf("dead letter error %q does not carry the store's error (%s)", e, code)
+			}
+			waitFor(t, 30*time.Second, "the other queue applied", func() bool { return b.balances()[1][1] == 105 })
+			b.wantBalances(t, map[int]map[int]int64{0: {0: 90, 1: 110, 2: 100}, 1: {0: 95, 1: 105, 2: 100}})
+			if v := metricValue(t, sc.addr, `writeback_session_deadletters_total{reason="retries"}`); v != 1 {
+				t.Errorf(`writeback_session_deadletters_total{reason="retries"} = %v, want 1`, v)
+			}
+			// Later sessions of other queues flow; the stopped queue keeps
+			// its sessions, in order, until it is replayed or dropped.
+			b.blindTransfer(t, sc, 1, 2, 0, 7)
+			waitFor(t, 30*time.Second, "a later session of the other queue", func() bool { return b.balances()[1][2] == 93 })
+			if out, err := cli(t, sc, "sessions", "deadletters", "drop", "--queue", b.queue(0)); err != nil {
+				t.Fatalf("drop: %v\n%s", err, out)
+			}
+			waitFor(t, 30*time.Second, "the session behind the dropped one", func() bool { return b.balances()[0][0] == 93 })
+			b.wantBalances(t, map[int]map[int]int64{0: {0: 93, 1: 110, 2: 97}})
+		})
+	}
+}
