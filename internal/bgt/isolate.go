@@ -162,8 +162,8 @@ func (a *QueueApplier) split(ctx context.Context, f *session.Family, queue strin
 	for len(head) > 1 {
 		// head failed with cause: apply a prefix of it.
 		mid := len(head) / 2
-		if i, ok := store.FailedSession(cause); ok && i > 0 && i < len(head) {
-			mid = i
+		if i, ok := store.FailedSession(cause); ok && i < len(head) {
+			mid = max(i, 1) // the sessions before it, or it alone
 		}
 		a.m.BatchSplits.Inc()
 		k, err := a.applyBatch(ctx, f, queue, head[:mid])

@@ -181,3 +181,33 @@ writeback_build_info{commit="abc123",goversion="` + runtime.Version() + `",versi
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "writeback_build_info"))
 }
+
+// The retries, splits and dead letters counters exist from the start, both
+// reasons included, so that a rate over them is 0, not absent.
+func TestStuckCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	s := NewSessions(reg)
+	m.ApplyRetries.Add(3)
+	m.BatchSplits.Inc()
+	m.DeadLettered.WithLabelValues(DeadRetries).Inc()
+	s.DeadLettered.WithLabelValues(DeadPermanent).Inc()
+	want := `
+# HELP writeback_apply_retries_total Batches of buffered writes that failed with an error outside the permanent list and wait to be retried with backoff.
+# TYPE writeback_apply_retries_total counter
+writeback_apply_retries_total 3
+# HELP writeback_batch_splits_total Splits of a batch of buffered writes in two, to isolate what keeps failing after maxRetries failed rounds.
+# TYPE writeback_batch_splits_total counter
+writeback_batch_splits_total 1
+# HELP writeback_deadletters_total Buffered changes moved to the dead letters, by reason: permanent (an error of the permanent list) or retries (kept failing alone after maxRetries failed rounds).
+# TYPE writeback_deadletters_total counter
+writeback_deadletters_total{reason="permanent"} 0
+writeback_deadletters_total{reason="retries"} 1
+# HELP writeback_session_deadletters_total Sessions dead-lettered (each stops its queue), by reason: permanent (an error of the permanent list) or retries (kept failing alone after maxRetries failed batches).
+# TYPE writeback_session_deadletters_total counter
+writeback_session_deadletters_total{reason="permanent"} 1
+writeback_session_deadletters_total{reason="retries"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"writeback_apply_retries_total", "writeback_batch_splits_total", "writeback_deadletters_total", "writeback_session_deadletters_total"))
+}
