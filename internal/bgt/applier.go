@@ -31,7 +31,10 @@ type Config struct {
 	MaxPerDoc    int           // changes of one document per batch (default 1024)
 	OwnerLease   time.Duration // ownership lease lifetime
 	PollInterval time.Duration // how often owned partitions are checked for work
-	MaxRetries   int           // consecutive failures before a batch is split to find the culprit
+	// MaxRetries is how many times in a row a batch may fail with an
+	// error outside the permanent list before it is split to find what
+	// keeps failing (see split); 0: retried forever, never split.
+	MaxRetries   int
 	RetryBackoff time.Duration // first backoff; doubles up to MaxBackoff, with jitter
 	CompactEvery time.Duration // applied-records compaction period (at least MinCompactEvery)
 	// BatchTimeout bounds one round (default and most: 30 s). A round
@@ -92,9 +95,6 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 	// request.
 	if cfg.CompactEvery < MinCompactEvery {
 		cfg.CompactEvery = MinCompactEvery
-	}
-	if cfg.MaxRetries <= 0 {
-		cfg.MaxRetries = 5
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = 100 * time.Millisecond

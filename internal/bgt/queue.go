@@ -34,7 +34,10 @@ type QueueConfig struct {
 	BatchSize    int           // sessions per store transaction
 	OwnerLease   time.Duration // ownership lease of a queue partition
 	PollInterval time.Duration // how often owned partitions are checked for work
-	MaxRetries   int           // consecutive failures before the store's failure is logged at error level
+	// MaxRetries is how many times in a row a queue's batch may fail with
+	// an error outside the permanent list before it is split to find the
+	// session that keeps failing (see split); 0: retried forever.
+	MaxRetries   int
 	RetryBackoff time.Duration // first backoff after a store error
 	CompactEvery time.Duration // applied-sessions compaction period (at least MinSessionCompactEvery)
 	// BatchTimeout bounds the apply of one batch of a queue (default and
@@ -85,9 +88,6 @@ func NewQueueApplier(cfg QueueConfig, q *session.Queues, buf *buffer.Buffer, fam
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 128
-	}
-	if cfg.MaxRetries <= 0 {
-		cfg.MaxRetries = 5
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = 100 * time.Millisecond
@@ -217,13 +217,13 @@ func (a *QueueApplier) round(ctx context.Context, parts []int) (more bool) {
 }
 
 // noteResult keeps a queue's failure count and backoff, and logs a
-// failure: at error level once it failed MaxRetries times in a row.
+// failure: at error level once, when it failed errorLogAt times in a row.
 func (a *QueueApplier) noteResult(queue string, err error) {
 	n := a.note([]string{queue}, err)
 	if err == nil {
 		return
 	}
-	if n == a.cfg.MaxRetries {
+	if n == errorLogAt(a.cfg.MaxRetries) {
 		a.log.Error("the store keeps failing; the queue's sessions wait and are retried with backoff", "queue", queue, "failures", n, "err", err)
 	} else {
 		a.log.Warn("applying a queue", "queue", queue, "err", err)
@@ -285,18 +285,27 @@ func (a *QueueApplier) applyHead(ctx context.Context, f *session.Family, queue s
 	for i, pd := range head {
 		if pd.Missing {
 			if i == 0 {
-				return 0, false, a.stop(ctx, pd, errors.New("the session object is missing from Redis"))
+				return 0, false, a.stop(ctx, pd, errors.New("the session object is missing from Redis"), metrics.DeadPermanent)
 			}
 			head, full = head[:i], false
 			break
 		}
 	}
 	n, err := a.applyBatch(ctx, f, queue, head)
-	if err == nil || !store.IsPermanent(err) || ctx.Err() != nil {
+	switch {
+	case err == nil || ctx.Err() != nil:
 		return n, full, err
+	case store.IsPermanent(err):
+		k, err := a.isolate(ctx, f, queue, head, err)
+		return n + k, false, err
+	case a.stuck(queue) && store.Isolable(err):
+		a.log.Warn("a batch of a queue keeps failing; splitting it to find the session the store refuses",
+			"queue", queue, "sessions", len(head), "err", err)
+		k, err := a.split(ctx, f, queue, head, err)
+		return n + k, false, err
 	}
-	k, err := a.isolate(ctx, f, queue, head, err)
-	return n + k, false, err
+	a.m.ApplyRetries.Inc()
+	return n, full, err
 }
 
 // applyBatch runs sessions in one store transaction and pops them.

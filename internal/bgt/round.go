@@ -165,14 +165,18 @@ func (a *Applier) warnUnknown(n int) {
 	}
 }
 
-// applyWrites applies writes to one store in one transaction. When the
-// store rejects the batch for good (a permanent error), the batch is split
-// to find the culprits: documents are applied one by one, and a document the
-// store rejects is applied change by change, so that only the changes the
-// store refuses become dead letters — never the valid changes around them,
-// never changes an earlier attempt already applied. Transient errors (the
-// store down, read-only, timing out …) never dead-letter anything: the
-// round fails and is retried with backoff until the store recovers.
+// applyWrites applies writes to one store in one transaction. fails is
+// how many times in a row this round will have failed if it fails. When
+// the store rejects the batch for good (a permanent error), the batch is
+// split to find the culprits (oneByOne), so that only the changes the store
+// refuses become dead letters — never the valid changes around them, never
+// changes an earlier attempt already applied. Other errors are retried with
+// backoff: the round fails. Once a round failed more than MaxRetries times
+// in a row with an error that may come from the data (store.Isolable: a
+// trigger's exception, a statement timeout …), its batch is split in two,
+// and so on, until what keeps failing is one change, which becomes a dead
+// letter (see split). Errors of the store as a whole (down, read-only …)
+// never dead-letter anything.
 func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []store.Write, fails int) (int, []buffer.Applied, error) {
 	st := a.colls[writes[0].Collection].Store
 	results, err := a.apply(ctx, st, writes)
@@ -180,33 +184,20 @@ func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []st
 		return a.account(writes, results)
 	}
 	a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
-	if !store.IsPermanent(err) || ctx.Err() != nil {
-		if fails == a.cfg.MaxRetries {
-			a.log.Error("the store keeps failing; buffered writes wait and are retried with backoff", "store", storeName, "failures", fails, "err", err)
-		}
-		return 0, nil, fmt.Errorf("store %s: %w", storeName, err)
+	switch {
+	case ctx.Err() != nil:
+	case store.IsPermanent(err):
+		return a.oneByOne(ctx, storeName, st, writes, false)
+	case a.stuck(fails) && store.Isolable(err):
+		a.log.Warn("a batch of buffered writes keeps failing; splitting it to find the changes the store refuses",
+			"store", storeName, "documents", len(writes), "failures", fails, "err", err)
+		return a.split(ctx, storeName, st, writes)
 	}
-	var applied int
-	var done []buffer.Applied
-	for _, w := range writes {
-		res, err := a.apply(ctx, st, []store.Write{w})
-		if err == nil {
-			n, d, _ := a.account([]store.Write{w}, res)
-			applied += n
-			done = append(done, d...)
-			continue
-		}
-		a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
-		if !store.IsPermanent(err) {
-			return applied, done, fmt.Errorf("store %s: %w", storeName, err)
-		}
-		n, _, err := a.isolate(ctx, st, w)
-		applied += n
-		if err != nil {
-			return applied, done, fmt.Errorf("store %s: %w", storeName, err)
-		}
+	a.m.ApplyRetries.Inc()
+	if fails == errorLogAt(a.cfg.MaxRetries) {
+		a.log.Error("the store keeps failing; buffered writes wait and are retried with backoff", "store", storeName, "failures", fails, "err", err)
 	}
-	return applied, done, nil
+	return 0, nil, fmt.Errorf("store %s: %w", storeName, err)
 }
 
 // account turns store results into trims and metrics.

@@ -42,7 +42,7 @@ func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) erro
 			if !store.IsPermanent(err) {
 				return err
 			}
-			_, dead, ierr := a.isolate(ctx, c.Store, w)
+			_, dead, ierr := a.isolate(ctx, c.Store, w, false)
 			if ierr != nil {
 				return ierr
 			}

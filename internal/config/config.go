@@ -123,7 +123,7 @@ type Writeback struct {
 	SessionCompaction Duration `yaml:"sessionCompaction"` // period of the writeback_applied_sessions compaction (at least 1m)
 	OwnerLease        Duration `yaml:"ownerLease"`        // lifetime of a partition ownership lease
 	PollInterval      Duration `yaml:"pollInterval"`      // how often an idle applier looks for work
-	MaxRetries        int      `yaml:"maxRetries"`        // transient store errors before dead-lettering
+	MaxRetries        int      `yaml:"maxRetries"`        // retries of a failing batch before it is split and what keeps failing dead-lettered; 0: forever
 	RetryBackoff      Duration `yaml:"retryBackoff"`      // first backoff after a store error
 	PinnedMemoryLimit ByteSize `yaml:"pinnedMemoryLimit"` // above it, writes fall back to write-through
 	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random

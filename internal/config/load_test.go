@@ -411,6 +411,8 @@ func TestExplicitZeroIsKept(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, c.Stores["pg"].MaxConns)
 	assert.Equal(t, time.Duration(0), c.Collections["usertable"].CacheTTL.Duration)
+	// maxRetries: 0 is valid and means "retry forever", never the default 5.
+	assert.Equal(t, 0, c.Writeback.MaxRetries)
 	assert.EqualError(t, c.Validate(),
 		"stores.pg.maxConns: 0 is too small; use at least 1 (the default is 32)\n"+
 			"collections.usertable.cacheTTL: 0s is not positive; use a duration such as 1h")

@@ -228,7 +228,7 @@ func (c *Config) validateWriteback(v *validator) {
 			w.OwnerLease, 3*w.PollInterval.Duration)
 	}
 	if w.MaxRetries < 0 {
-		v.addf("writeback.maxRetries: %d is negative; use 0 to dead-letter at the first store error, or the number of retries", w.MaxRetries)
+		v.addf("writeback.maxRetries: %d is negative; use 0 to retry a failing batch forever, or the number of retries after which it is split and the change that keeps failing is dead-lettered", w.MaxRetries)
 	}
 	if w.PinnedMemoryLimit <= 0 {
 		v.addf("writeback.pinnedMemoryLimit: %d is not positive; use a size such as 1GiB", w.PinnedMemoryLimit)

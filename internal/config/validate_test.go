@@ -198,7 +198,7 @@ func TestValidate(t *testing.T) {
 			c.Writeback.PollInterval, c.Writeback.OwnerLease = Duration{time.Second}, Duration{2 * time.Second}
 		}, "writeback.ownerLease: 2s is shorter than 3 × writeback.pollInterval (3s), so a live sidecar could lose its partitions; raise ownerLease or lower pollInterval"},
 		{"max retries", func(c *Config) { c.Writeback.MaxRetries = -1 },
-			"writeback.maxRetries: -1 is negative; use 0 to dead-letter at the first store error, or the number of retries"},
+			"writeback.maxRetries: -1 is negative; use 0 to retry a failing batch forever, or the number of retries after which it is split and the change that keeps failing is dead-lettered"},
 		{"pinned memory limit", func(c *Config) { c.Writeback.PinnedMemoryLimit = 0 },
 			"writeback.pinnedMemoryLimit: 0 is not positive; use a size such as 1GiB"},
 		{"instance id", func(c *Config) { c.Writeback.InstanceID = "a b" },

@@ -23,6 +23,17 @@ const (
 	ErrorPermanent = "permanent" // the change went to the dead-letter list
 )
 
+// Label values of the dead letters counters' reason.
+const (
+	// DeadPermanent: the store rejected the change (session) with an error
+	// of the permanent list (constraint, type, range …).
+	DeadPermanent = "permanent"
+	// DeadRetries: its batch failed maxRetries times in a row with other
+	// errors, and the change (session) alone kept failing while the store
+	// was up (a trigger's RAISE/SIGNAL, an index row too large …).
+	DeadRetries = "retries"
+)
+
 // Metrics is every collector of one sidecar.
 type Metrics struct {
 	// HTTP API.
@@ -48,6 +59,9 @@ type Metrics struct {
 	ApplyBatchSize    prometheus.Histogram   // apply_batch_size
 	ApplyDuration     prometheus.Histogram   // apply_duration_seconds
 	ApplyErrors       *prometheus.CounterVec // apply_errors_total{kind}
+	ApplyRetries      prometheus.Counter     // apply_retries_total
+	BatchSplits       prometheus.Counter     // batch_splits_total
+	DeadLettered      *prometheus.CounterVec // deadletters_total{reason}
 	DuplicatesSkipped prometheus.Counter     // duplicates_skipped_total
 	RedisRollbacks    prometheus.Counter     // redis_rollbacks_total
 	ConvertedWrites   prometheus.Counter     // converted_writes_total
@@ -151,6 +165,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "apply_errors_total",
 			Help: "Store errors while applying, by kind: transient (retried) or permanent (dead-lettered).",
 		}, []string{"kind"}),
+		ApplyRetries: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "apply_retries_total",
+			Help: "Batches of buffered writes that failed with an error outside the permanent list and wait to be retried with backoff.",
+		}),
+		BatchSplits: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "batch_splits_total",
+			Help: "Splits of a batch of buffered writes in two, to isolate what keeps failing after maxRetries failed rounds.",
+		}),
+		DeadLettered: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "deadletters_total",
+			Help: "Buffered changes moved to the dead letters, by reason: permanent (an error of the permanent list) or retries (kept failing alone after maxRetries failed rounds).",
+		}, []string{"reason"}),
 		DuplicatesSkipped: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "duplicates_skipped_total",
 			Help: "Changes skipped because the store's applied records show an earlier attempt applied them.",
@@ -185,6 +211,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	// Both kinds exist from the start, so a rate over them is 0, not absent.
 	m.ApplyErrors.WithLabelValues(ErrorTransient)
 	m.ApplyErrors.WithLabelValues(ErrorPermanent)
+	m.DeadLettered.WithLabelValues(DeadPermanent)
+	m.DeadLettered.WithLabelValues(DeadRetries)
 
 	version, commit := "dev", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {

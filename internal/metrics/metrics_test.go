@@ -17,6 +17,7 @@ var allNames = []string{
 	"cache_hits_total", "cache_misses_total", "buffered_changes_total", "applied_changes_total",
 	"pending_changes", "pending_documents", "pinned_bytes", "oldest_pending_age_seconds", "dead_letters",
 	"owned_partitions", "sidecars", "apply_batch_size", "apply_duration_seconds", "apply_errors_total",
+	"apply_retries_total", "batch_splits_total", "deadletters_total",
 	"duplicates_skipped_total", "converted_writes_total", "lease_conflicts_total", "store_up", "write_through_fallback", "build_info",
 }
 
@@ -179,4 +180,34 @@ func TestBuildInfo(t *testing.T) {
 writeback_build_info{commit="abc123",goversion="` + runtime.Version() + `",version="v1.2.3"} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "writeback_build_info"))
+}
+
+// The retries, splits and dead letters counters exist from the start, both
+// reasons included, so that a rate over them is 0, not absent.
+func TestStuckCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	s := NewSessions(reg)
+	m.ApplyRetries.Add(3)
+	m.BatchSplits.Inc()
+	m.DeadLettered.WithLabelValues(DeadRetries).Inc()
+	s.DeadLettered.WithLabelValues(DeadPermanent).Inc()
+	want := `
+# HELP writeback_apply_retries_total Batches of buffered writes that failed with an error outside the permanent list and wait to be retried with backoff.
+# TYPE writeback_apply_retries_total counter
+writeback_apply_retries_total 3
+# HELP writeback_batch_splits_total Splits of a batch of buffered writes in two, to isolate what keeps failing after maxRetries failed rounds.
+# TYPE writeback_batch_splits_total counter
+writeback_batch_splits_total 1
+# HELP writeback_deadletters_total Buffered changes moved to the dead letters, by reason: permanent (an error of the permanent list) or retries (kept failing alone after maxRetries failed rounds).
+# TYPE writeback_deadletters_total counter
+writeback_deadletters_total{reason="permanent"} 0
+writeback_deadletters_total{reason="retries"} 1
+# HELP writeback_session_deadletters_total Sessions dead-lettered (each stops its queue), by reason: permanent (an error of the permanent list) or retries (kept failing alone after maxRetries failed batches).
+# TYPE writeback_session_deadletters_total counter
+writeback_session_deadletters_total{reason="permanent"} 1
+writeback_session_deadletters_total{reason="retries"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"writeback_apply_retries_total", "writeback_batch_splits_total", "writeback_deadletters_total", "writeback_session_deadletters_total"))
 }

@@ -25,6 +25,9 @@ type Sessions struct {
 	ApplyBatchSize    prometheus.Histogram   // session_apply_batch_size
 	ApplyDuration     prometheus.Histogram   // session_apply_duration_seconds
 	ApplyErrors       *prometheus.CounterVec // session_apply_errors_total{kind}
+	ApplyRetries      prometheus.Counter     // session_apply_retries_total
+	BatchSplits       prometheus.Counter     // session_batch_splits_total
+	DeadLettered      *prometheus.CounterVec // session_deadletters_total{reason}
 	OwnedPartitions   prometheus.Gauge       // owned_queue_partitions
 	AppliedRecords    *prometheus.GaugeVec   // applied_sessions_records{store}
 	Compacted         prometheus.Counter     // applied_sessions_compacted_total
@@ -101,6 +104,18 @@ func NewSessions(reg prometheus.Registerer) *Sessions {
 			Namespace: Namespace, Name: "session_apply_errors_total",
 			Help: "Store errors while applying sessions, by kind: transient (retried) or permanent (dead-lettered).",
 		}, []string{"kind"}),
+		ApplyRetries: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "session_apply_retries_total",
+			Help: "Batches of a queue's sessions that failed with an error outside the permanent list and wait to be retried with backoff.",
+		}),
+		BatchSplits: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "session_batch_splits_total",
+			Help: "Splits of a batch of a queue's sessions in two, to isolate the session that keeps failing after maxRetries failed batches.",
+		}),
+		DeadLettered: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "session_deadletters_total",
+			Help: "Sessions dead-lettered (each stops its queue), by reason: permanent (an error of the permanent list) or retries (kept failing alone after maxRetries failed batches).",
+		}, []string{"reason"}),
 		OwnedPartitions: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "owned_queue_partitions",
 			Help: "Queue partitions whose ownership lease this sidecar holds.",
@@ -116,6 +131,8 @@ func NewSessions(reg prometheus.Registerer) *Sessions {
 	}
 	s.ApplyErrors.WithLabelValues(ErrorTransient)
 	s.ApplyErrors.WithLabelValues(ErrorPermanent)
+	s.DeadLettered.WithLabelValues(DeadPermanent)
+	s.DeadLettered.WithLabelValues(DeadRetries)
 	for _, r := range []string{AbortVoided, AbortConflict, AbortClient} {
 		s.Aborts.WithLabelValues(r)
 	}

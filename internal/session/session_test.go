@@ -37,6 +37,7 @@ func (fakeStore) ListAppliedSessions(context.Context, string, int) ([]store.Appl
 }
 func (fakeStore) CompactAppliedSessions(context.Context, []string) (int, error) { return 0, nil }
 func (fakeStore) CountAppliedSessions(context.Context) (int64, error)           { return 0, nil }
+func (fakeStore) Ping(context.Context) error                                    { return nil }
 
 // kv is a mapping plugin for tests: keys "<prefix>:<q>:<name>" of queue
 // "f/<q>", values from load.

@@ -78,6 +78,8 @@ type SessionStore interface {
 	CountAppliedSessions(ctx context.Context) (int64, error)
 	// CheckRole fails unless sessions can run under role (Session.Role).
 	CheckRole(ctx context.Context, role string) error
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
 }
 
 // Sessions returns st's SessionStore, if it has one.
