@@ -38,11 +38,14 @@ type Buffer struct {
 	// within ReplicaTimeout before it counts as buffered; 0: none.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// InSync, when set, tracks the in-sync replicas a write waits for
+	// (rscript.InSync).
+	InSync *rscript.InSync
 }
 
 // durable runs scripts that change pinned state, waiting for Replicas.
 func (b *Buffer) durable() rscript.Durable {
-	return rscript.Durable{Client: b.rdb, Replicas: b.Replicas, Timeout: b.ReplicaTimeout}
+	return rscript.Durable{Client: b.rdb, Replicas: b.Replicas, Timeout: b.ReplicaTimeout, InSync: b.InSync}
 }
 
 // anyBuffered reports whether a call of writeScript buffered a write.

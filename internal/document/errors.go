@@ -61,6 +61,7 @@ func Classify(err error) Failure {
 		ce *change.Error
 		se *StoreError
 		re *rscript.ReplicationError
+		sf *rscript.ShortfallError
 	)
 	switch {
 	case errors.As(err, &ce):
@@ -82,6 +83,9 @@ func Classify(err error) Failure {
 			Msg: fmt.Sprintf("the store is unavailable, but the change is buffered as seq %d and will be applied when it recovers, so do not retry it", se.Buffered)}
 	case errors.As(err, &se):
 		return Failure{Status: 503, Code: "unavailable", Msg: "the store is unavailable; retry with backoff", Log: "store unavailable"}
+	case errors.As(err, &sf):
+		return Failure{Status: 503, Code: "unavailable",
+			Msg: fmt.Sprintf("only %d of the %d required Redis replicas are in sync, so nothing was buffered; retry with backoff", sf.InSync, sf.Want)}
 	case errors.As(err, &re):
 		return Failure{Status: 503, Code: "unavailable",
 			Msg: fmt.Sprintf("the write reached only %d of the %d required Redis replicas in time, so it is not acknowledged (it may still be applied)", re.Got, re.Want)}

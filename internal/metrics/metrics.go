@@ -64,6 +64,8 @@ type Metrics struct {
 	DeadLettered      *prometheus.CounterVec // deadletters_total{reason}
 	DuplicatesSkipped prometheus.Counter     // duplicates_skipped_total
 	RedisRollbacks    prometheus.Counter     // redis_rollbacks_total
+	ReplicasInSync    prometheus.Gauge       // redis_replicas_in_sync
+	ReplicaShortfalls prometheus.Counter     // replica_shortfalls_total
 	ConvertedWrites   prometheus.Counter     // converted_writes_total
 	LeaseConflicts    *prometheus.CounterVec // lease_conflicts_total{kind}
 	StoreUp           *prometheus.GaugeVec   // store_up{store}
@@ -184,6 +186,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		RedisRollbacks: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "redis_rollbacks_total",
 			Help: "Redis nodes found holding older data than the stores applied (restarted from an older snapshot, failed over to a lagging replica): their cache entries were dropped and sequences raised before any write.",
+		}),
+		ReplicasInSync: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "redis_replicas_in_sync",
+			Help: "Replicas of the Redis primary that are online and acknowledged within 1 s, the ones a write waits for (only with redis.replicas > 0; not in Cluster mode).",
+		}),
+		ReplicaShortfalls: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "replica_shortfalls_total",
+			Help: "Writes and commits refused before changing anything because fewer replicas were in sync than redis.replicas requires.",
 		}),
 		ConvertedWrites: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "converted_writes_total",

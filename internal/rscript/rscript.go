@@ -42,8 +42,13 @@ type Call struct {
 // scripts, so that what they wrote counts only once the replicas have it.
 type Durable struct {
 	Client   redis.UniversalClient
-	Replicas int
+	Replicas int // the minimum that must confirm
 	Timeout  time.Duration
+	// InSync, when set, makes a write wait for every in-sync replica (at
+	// least Replicas) and refuses it at once, unrun, with fewer in sync.
+	InSync *InSync
+
+	awaited int // replicas this round trip waits for (RunAll)
 }
 
 // Run runs one call; see RunAll.
@@ -63,6 +68,17 @@ func (d Durable) Run(ctx context.Context, c Call) (reply any, repl, err error) {
 // with a WAIT of its own. Calls that found their script unloaded are run
 // again once it is loaded.
 func (d Durable) RunAll(ctx context.Context, calls []Call) (replies []any, errs, repls []error) {
+	if d.Replicas > 0 {
+		await, err := d.await()
+		if err != nil {
+			replies, errs, repls = make([]any, len(calls)), make([]error, len(calls)), make([]error, len(calls))
+			for i := range errs {
+				errs[i] = err
+			}
+			return replies, errs, repls
+		}
+		d.awaited = await
+	}
 	cc, cluster := d.Client.(*redis.ClusterClient)
 	if !cluster || d.Replicas <= 0 {
 		replies, errs, repl := d.round(ctx, d.Client, calls)
@@ -105,7 +121,7 @@ func (d Durable) round(ctx context.Context, node redis.Cmdable, calls []Call) (r
 				cmds = append(cmds, calls[i].Script.EvalSha(ctx, pipe, calls[i].Keys, calls[i].Args...))
 			}
 			if d.Replicas > 0 {
-				wait = pipe.Do(ctx, "WAIT", d.Replicas, d.Timeout.Milliseconds())
+				wait = pipe.Do(ctx, "WAIT", max(d.Replicas, d.awaited), d.Timeout.Milliseconds())
 			}
 			_, _ = pipe.Exec(ctx) // each command carries its own error
 		}

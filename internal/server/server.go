@@ -27,6 +27,7 @@ import (
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/resp"
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -43,6 +44,7 @@ type Server struct {
 	log      *slog.Logger
 	rdb      redis.UniversalClient
 	guard    *guard // checks every new Redis server for a rollback
+	inSync   *rscript.InSync
 	stores   map[string]store.Store
 	buf      *buffer.Buffer
 	app      *bgt.Applier
@@ -67,6 +69,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		}
 	}()
 	s.guard = newGuard()
+	s.inSync = rscript.NewInSync()
 	s.rdb = newRedis(cfg.Redis, s.guard.onConnect)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -122,7 +125,8 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 
 	wb := cfg.Writeback
 	s.buf = buffer.New(s.rdb, cfg.Redis.KeyPrefix, wb.Partitions, wb.LeaseLifetime.Duration)
-	s.buf.Replicas, s.buf.ReplicaTimeout = cfg.Redis.Replicas, replicaTimeout
+	s.inSync.OnRefuse = s.m.ReplicaShortfalls.Inc
+	s.buf.Replicas, s.buf.ReplicaTimeout, s.buf.InSync = cfg.Redis.Replicas, replicaTimeout, s.inSync
 	s.app = bgt.New(bgt.Config{
 		InstanceID:   wb.InstanceID,
 		Workers:      wb.Workers,
@@ -323,6 +327,13 @@ func (s *Server) watch(ctx context.Context) {
 			if err := s.app.Prepare(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("periodic Redis rollback check failed", "err", err)
 			}
+		}
+		if s.cfg.Redis.Replicas > 0 {
+			// A failed read leaves the last count: WAIT still guards.
+			if n, err := s.inSync.Refresh(ctx, s.rdb); err == nil {
+				s.m.ReplicasInSync.Set(float64(n))
+			}
+
 		}
 		st, err := s.buf.Stats(ctx)
 		if err == nil {

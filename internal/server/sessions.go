@@ -70,6 +70,7 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		SessionTimeout: wb.SessionTimeout.Duration,
 		Replicas:       cfg.Redis.Replicas,
 		ReplicaTimeout: replicaTimeout,
+		InSync:         s.inSync,
 	}, fams, maps, sm, s.m, s.log)
 	q := session.NewQueues(s.rdb, svc.Keys())
 	app := bgt.NewQueueApplier(bgt.QueueConfig{

@@ -64,6 +64,9 @@ type Config struct {
 	SessionTimeout time.Duration // a session not committed or aborted within it is forgotten
 	Replicas       int           // WAIT for this many replicas before acknowledging a commit
 	ReplicaTimeout time.Duration
+	// InSync, when set, tracks the in-sync replicas a commit waits for
+	// (rscript.InSync).
+	InSync *rscript.InSync
 }
 
 // Service serves sessions.
@@ -427,7 +430,7 @@ func (s *Service) release(ctx context.Context, id string, read map[string]string
 // required and the script succeeded (its first reply is positive), fails
 // unless they confirmed it (rscript.Durable).
 func (s *Service) runWrite(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]any, error) {
-	d := rscript.Durable{Client: s.rdb, Replicas: s.cfg.Replicas, Timeout: s.cfg.ReplicaTimeout}
+	d := rscript.Durable{Client: s.rdb, Replicas: s.cfg.Replicas, Timeout: s.cfg.ReplicaTimeout, InSync: s.cfg.InSync}
 	reply, repl, err := d.Run(ctx, rscript.Call{Script: sc, Keys: keys, Args: args})
 	if err != nil {
 		return nil, err
