@@ -35,6 +35,7 @@ func TestClassify(t *testing.T) {
 		{"store down after buffering", &StoreError{Err: errors.New("connection refused"), Buffered: 42}, 503, "unavailable", false, "buffered as seq 42"},
 		{"store down", &StoreError{Err: errors.New("connection refused")}, 503, "unavailable", false, "retry with backoff"},
 		{"replicas", &rscript.ReplicationError{Got: 0, Want: 1}, 503, "unavailable", false, "0 of the 1 required Redis replicas"},
+		{"replica shortfall", &rscript.ShortfallError{InSync: 0, Want: 2}, 503, "unavailable", false, "only 0 of the 2 required Redis replicas are in sync, so nothing was buffered"},
 		{"timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), 503, "unavailable", false, "timed out"},
 		{"anything else", errors.New("redis: connection pool timeout"), 503, "unavailable", false, "cache or store is unavailable"},
 	}
