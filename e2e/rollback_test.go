@@ -20,6 +20,7 @@ type privateRedis struct {
 	t    *testing.T
 	port string
 	dir  string
+	args []string // extra redis-server arguments for the next start
 	cmd  *exec.Cmd
 }
 
@@ -37,13 +38,27 @@ func (r *privateRedis) addr() string { return "127.0.0.1:" + r.port }
 // there, and saves only when told (SAVE).
 func (r *privateRedis) start() {
 	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", r.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir, "--dbfilename", "dump.rdb")
+	r.cmd = exec.Command("redis-server", append([]string{"--port", r.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir, "--dbfilename", "dump.rdb"}, r.args...)...)
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatalf("starting a private redis-server (install it with make services): %v", err)
 	}
 	waitFor(r.t, 10*time.Second, "the private Redis", func() bool {
 		return exec.Command("redis-cli", "-p", r.port, "ping").Run() == nil
 	})
+}
+
+// configOn is env.config for a sidecar on the private Redis r.
+func (e *env) configOn(r *privateRedis, listen, policy, extra string) string {
+	e.t.Helper()
+	path := e.config(listen, policy, extra)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), testenv.RedisAddr(e.t), r.addr(), 1)), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
 }
 
 func (r *privateRedis) kill() {
@@ -79,14 +94,7 @@ func TestRedisRollback(t *testing.T) {
 			e := newEnv(t, docs)
 			rs := startPrivateRedis(t)
 			addr := freeAddr(t)
-			path := e.config(addr, "write-back", "")
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, []byte(strings.Replace(string(b), testenv.RedisAddr(t), rs.addr(), 1)), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := e.configOn(rs, addr, "write-back", "")
 			sc := start(t, path, addr)
 			ctx := context.Background()
 			dbs := []string{"pg", "maria"}

@@ -41,6 +41,9 @@ type Buffer struct {
 	// InSync, when set, tracks the in-sync replicas a write waits for
 	// (rscript.InSync).
 	InSync *rscript.InSync
+	// MaxDeadLetters caps the dead letters a partition keeps: beyond it the
+	// oldest are dropped and counted (Stats.DeadLettersDropped). 0: no cap.
+	MaxDeadLetters int
 }
 
 // durable runs scripts that change pinned state, waiting for Replicas.

@@ -441,7 +441,8 @@ return total
 //
 // KEYS: 1 pending index, 2 stats, 3 buffered write, 4 cache entry, 5 dead
 // letters, 6 I leases. ARGV: 1 member, 2 last seq, 3 dead-letter record ("" to drop
-// without a record). Returns how many entries it removed.
+// without a record), 4 the most records the partition keeps (0: no cap).
+// Returns how many entries it removed.
 var deadScript = redis.NewScript(luaEntry + luaPop + `
 local n = pop_prefix(KEYS[3], KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]))
 redis.call('DEL', KEYS[4])
@@ -449,8 +450,16 @@ redis.call('DEL', KEYS[4])
 -- value containing it: void its I lease so that it cannot install it.
 redis.call('DEL', KEYS[6])
 if ARGV[3] ~= '' and n > 0 then
-  redis.call('RPUSH', KEYS[5], ARGV[3])
+  local len = redis.call('RPUSH', KEYS[5], ARGV[3])
   redis.call('HINCRBY', KEYS[2], 'dead', 1)
+  -- Over the cap the oldest records go, counted: dead letters are pinned
+  -- memory too.
+  local cap = tonumber(ARGV[4])
+  if cap > 0 and len > cap then
+    redis.call('LPOP', KEYS[5], len - cap)
+    redis.call('HINCRBY', KEYS[2], 'dead', cap - len)
+    redis.call('HINCRBY', KEYS[2], 'deaddropped', len - cap)
+  end
 end
 return n
 `)

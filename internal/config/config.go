@@ -126,6 +126,7 @@ type Writeback struct {
 	MaxRetries        int      `yaml:"maxRetries"`        // retries of a failing batch before it is split and what keeps failing dead-lettered; 0: forever
 	RetryBackoff      Duration `yaml:"retryBackoff"`      // first backoff after a store error
 	PinnedMemoryLimit ByteSize `yaml:"pinnedMemoryLimit"` // above it, writes fall back to write-through
+	MaxDeadLetters    int      `yaml:"maxDeadLetters"`    // dead letters kept per partition; beyond it the oldest are dropped, counted; 0: no cap
 	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random
 }
 
@@ -164,6 +165,7 @@ func Default() *Config {
 			MaxRetries:        5,
 			RetryBackoff:      Duration{100 * time.Millisecond},
 			PinnedMemoryLimit: 1 * GiB,
+			MaxDeadLetters:    1000,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
 		Log:    Log{Level: "info", Format: "text"},

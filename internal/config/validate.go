@@ -230,6 +230,9 @@ func (c *Config) validateWriteback(v *validator) {
 	if w.MaxRetries < 0 {
 		v.addf("writeback.maxRetries: %d is negative; use 0 to retry a failing batch forever, or the number of retries after which it is split and the change that keeps failing is dead-lettered", w.MaxRetries)
 	}
+	if w.MaxDeadLetters < 0 {
+		v.addf("writeback.maxDeadLetters: %d is negative; use 0 to keep every dead letter, or how many each partition keeps", w.MaxDeadLetters)
+	}
 	if w.PinnedMemoryLimit <= 0 {
 		v.addf("writeback.pinnedMemoryLimit: %d is not positive; use a size such as 1GiB", w.PinnedMemoryLimit)
 	}

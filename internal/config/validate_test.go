@@ -199,6 +199,8 @@ func TestValidate(t *testing.T) {
 		}, "writeback.ownerLease: 2s is shorter than 3 × writeback.pollInterval (3s), so a live sidecar could lose its partitions; raise ownerLease or lower pollInterval"},
 		{"max retries", func(c *Config) { c.Writeback.MaxRetries = -1 },
 			"writeback.maxRetries: -1 is negative; use 0 to retry a failing batch forever, or the number of retries after which it is split and the change that keeps failing is dead-lettered"},
+		{"max dead letters", func(c *Config) { c.Writeback.MaxDeadLetters = -1 },
+			"writeback.maxDeadLetters: -1 is negative; use 0 to keep every dead letter, or how many each partition keeps"},
 		{"pinned memory limit", func(c *Config) { c.Writeback.PinnedMemoryLimit = 0 },
 			"writeback.pinnedMemoryLimit: 0 is not positive; use a size such as 1GiB"},
 		{"instance id", func(c *Config) { c.Writeback.InstanceID = "a b" },

@@ -52,6 +52,9 @@ type Metrics struct {
 	PinnedBytes      prometheus.Gauge // pinned_bytes
 	OldestPendingAge prometheus.Gauge // oldest_pending_age_seconds
 	DeadLetters      prometheus.Gauge // dead_letters
+	// DeadLettersDropped counts, from Redis's own counters, the dead
+	// letters dropped over writeback.maxDeadLetters.
+	DeadLettersDropped prometheus.Gauge // dead_letters_dropped
 
 	// Appliers.
 	OwnedPartitions   prometheus.Gauge       // owned_partitions
@@ -65,6 +68,7 @@ type Metrics struct {
 	DuplicatesSkipped prometheus.Counter     // duplicates_skipped_total
 	RedisRollbacks    prometheus.Counter     // redis_rollbacks_total
 	ReplicasInSync    prometheus.Gauge       // redis_replicas_in_sync
+	EvictionUnsafe    prometheus.Gauge       // redis_eviction_unsafe
 	ReplicaShortfalls prometheus.Counter     // replica_shortfalls_total
 	ConvertedWrites   prometheus.Counter     // converted_writes_total
 	LeaseConflicts    *prometheus.CounterVec // lease_conflicts_total{kind}
@@ -144,6 +148,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "dead_letters",
 			Help: "Changes the store rejected permanently, waiting in the dead-letter list to be replayed or dropped.",
 		}),
+		DeadLettersDropped: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "dead_letters_dropped",
+			Help: "Dead letters dropped, oldest first, because a partition held writeback.maxDeadLetters (counted in Redis, over the deployment's life).",
+		}),
 
 		OwnedPartitions: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "owned_partitions",
@@ -190,6 +198,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		ReplicasInSync: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "redis_replicas_in_sync",
 			Help: "Replicas of the Redis primary that are online and acknowledged within 1 s, the ones a write waits for (only with redis.replicas > 0; not in Cluster mode).",
+		}),
+		EvictionUnsafe: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "redis_eviction_unsafe",
+			Help: "1 while a Redis primary's maxmemory-policy (allkeys-*) could evict buffered writes: write-back collections and queues write through meanwhile.",
 		}),
 		ReplicaShortfalls: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "replica_shortfalls_total",

@@ -24,16 +24,19 @@ type guard struct {
 	mu      sync.Mutex
 	app     *bgt.Applier        // nil until the applier exists: nothing to check against yet
 	checked map[string]struct{} // run_ids checked
+	// onNew is called with every new server after the check (the memory
+	// policy's check).
+	onNew func(context.Context, redis.Cmdable)
 }
 
 func newGuard() *guard { return &guard{checked: map[string]struct{}{}} }
 
 // start arms the guard: from now on every new server is checked. The caller
 // checks the servers it is already connected to (Applier.Prepare).
-func (g *guard) start(app *bgt.Applier) {
+func (g *guard) start(app *bgt.Applier, onNew func(context.Context, redis.Cmdable)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.app = app
+	g.app, g.onNew = app, onNew
 }
 
 // onConnect is the clients' OnConnect hook.
@@ -71,6 +74,7 @@ func (g *guard) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err := g.app.CheckNode(cctx, cn, f); err != nil {
 		return err
 	}
+	g.onNew(cctx, cn)
 	g.checked[id] = struct{}{}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ type Server struct {
 	rdb      redis.UniversalClient
 	guard    *guard // checks every new Redis server for a rollback
 	inSync   *rscript.InSync
+	mem      memoryState
 	stores   map[string]store.Store
 	buf      *buffer.Buffer
 	app      *bgt.Applier
@@ -54,7 +56,8 @@ type Server struct {
 	ln       net.Listener
 	resp     *resp.Server // nil when listenResp is empty
 	respLn   net.Listener
-	sess     *sessions // Design 2: sessions, queues, mappings
+	sess     *sessions  // Design 2: sessions, queues, mappings
+	warnMu   sync.Mutex // guards warnings: the watch loop adds to them
 	warnings []string
 }
 
@@ -127,6 +130,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	s.buf = buffer.New(s.rdb, cfg.Redis.KeyPrefix, wb.Partitions, wb.LeaseLifetime.Duration)
 	s.inSync.OnRefuse = s.m.ReplicaShortfalls.Inc
 	s.buf.Replicas, s.buf.ReplicaTimeout, s.buf.InSync = cfg.Redis.Replicas, replicaTimeout, s.inSync
+	s.buf.MaxDeadLetters = wb.MaxDeadLetters
 	s.app = bgt.New(bgt.Config{
 		InstanceID:   wb.InstanceID,
 		Workers:      wb.Workers,
@@ -140,10 +144,11 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	// From here on every Redis server the sidecar connects to is checked
 	// for a rollback before its first command; Prepare checks the ones it
 	// is connected to already.
-	s.guard.start(s.app)
+	s.guard.start(s.app, s.checkNewServer)
 	if err := s.app.Prepare(ctx); err != nil {
 		return nil, err
 	}
+	s.checkMemory(ctx)
 	s.svc = document.New(s.buf, s.app, colls, s.m)
 	if err := s.newSessions(ctx, reg); err != nil {
 		return nil, err
@@ -154,7 +159,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		Version:      Version,
 		InstanceID:   wb.InstanceID,
 		Stores:       s.stores,
-		Warnings:     func() []string { return s.warnings },
+		Warnings:     s.currentWarnings,
 	}, s.svc, s.app, s.buf, s.m, reg, log)
 	s.sess.register(h)
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -211,8 +216,16 @@ func newRedis(c config.Redis, onConnect func(context.Context, *redis.Conn) error
 }
 
 func (s *Server) warn(msg string) {
+	s.warnMu.Lock()
 	s.warnings = append(s.warnings, msg)
+	s.warnMu.Unlock()
 	s.log.Warn(msg)
+}
+
+func (s *Server) currentWarnings() []string {
+	s.warnMu.Lock()
+	defer s.warnMu.Unlock()
+	return slices.Clone(s.warnings)
 }
 
 func storeUsed(cfg *config.Config, name string) bool {
@@ -327,6 +340,7 @@ func (s *Server) watch(ctx context.Context) {
 			if err := s.app.Prepare(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("periodic Redis rollback check failed", "err", err)
 			}
+			s.checkMemory(ctx)
 		}
 		if s.cfg.Redis.Replicas > 0 {
 			// A failed read leaves the last count: WAIT still guards.
@@ -342,35 +356,13 @@ func (s *Server) watch(ctx context.Context) {
 			s.m.PinnedBytes.Set(float64(st.PinnedBytes))
 			s.m.OldestPendingAge.Set(st.OldestPending.Seconds())
 			s.m.DeadLetters.Set(float64(st.DeadLetters))
-			if limit > 0 {
-				s.fallback(st.PinnedBytes+s.sess.pinned.Load(), limit)
-			}
+			s.m.DeadLettersDropped.Set(float64(st.DeadLettersDropped))
+			s.fallback(st.PinnedBytes+s.sess.pinned.Load(), limit)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-	}
-}
-
-// fallback applies the pinned-memory limit with its low-water mark.
-func (s *Server) fallback(pinned, limit int64) {
-	on := s.svc.Fallback()
-	switch {
-	case !on && pinned > limit:
-		on = true
-		s.log.Warn("pinned memory is above writeback.pinnedMemoryLimit: write-back collections and queues write through until the buffer drains", "pinnedBytes", pinned, "limit", limit)
-	case on && pinned <= limit*8/10:
-		on = false
-		s.log.Info("pinned memory is back below 80% of writeback.pinnedMemoryLimit: write-back again", "pinnedBytes", pinned, "limit", limit)
-	default:
-		return
-	}
-	s.svc.SetFallback(on)
-	for name, c := range s.svc.Collections() {
-		if c.Policy == document.WriteBack {
-			s.m.WriteThroughFallback.WithLabelValues(name).Set(map[bool]float64{true: 1}[on])
 		}
 	}
 }
