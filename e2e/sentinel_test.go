@@ -208,7 +208,9 @@ type incLoad struct {
 	firstFail, lastFail time.Time
 }
 
-func startIncLoad(e *env, sc *sidecar, docs int, seed uint64) *incLoad {
+// The clients write through sc, or spread over sc and more.
+func startIncLoad(e *env, sc *sidecar, docs int, seed uint64, more ...*sidecar) *incLoad {
+	scs := append([]*sidecar{sc}, more...)
 	l := &incLoad{e: e, stop: make(chan struct{}), models: map[string][]*docModel{}}
 	for _, db := range []string{"pg", "maria"} {
 		for range docs {
@@ -230,7 +232,7 @@ func startIncLoad(e *env, sc *sidecar, docs int, seed uint64) *incLoad {
 				id := rng.IntN(docs)
 				amt := rng.Int64N(1_000_000) + 1
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := sc.c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), map[string]any{"$inc": map[string]any{"n": amt}})
+				_, err := scs[c%len(scs)].c.Patch(ctx, e.coll(db), strconv.Itoa(id+1), map[string]any{"$inc": map[string]any{"n": amt}})
 				cancel()
 				l.mu.Lock()
 				m := l.models[db][id]
