@@ -35,6 +35,14 @@ type Auth struct {
 	// "Authorization: Bearer <token>", and by every Redis-protocol
 	// connection with AUTH (or HELLO … AUTH default <token>).
 	Token string `yaml:"token"`
+	// AdminToken, when set, is the only token the administrative
+	// endpoints accept (flush, dead letters, their replay and drop): the
+	// normal Token no longer suffices for them.
+	AdminToken string `yaml:"adminToken"`
+	// AllowUnauthenticated lets listen or listenResp be a non-loopback
+	// address without a token. Without it such a configuration is refused:
+	// anyone who reaches the port could read and write every document.
+	AllowUnauthenticated bool `yaml:"allowUnauthenticated"`
 }
 
 // Redis is how to reach the Redis deployment that holds the cache and the

@@ -232,11 +232,12 @@ func TestLoadPrecedence(t *testing.T) {
 				"--redis-key-prefix=k", "--partitions=3", "--workers=5", "--batch-size=6",
 				"--lease-lifetime=7ms", "--owner-lease=8s", "--pinned-memory-limit=9MiB",
 				"--instance-id=i", "--log-level=warn", "--log-format=json",
+				"--auth-admin-token=a", "--allow-unauthenticated",
 			},
 			check: func(t *testing.T, c *Config) {
 				assert.Equal(t, ":1", c.Listen)
 				assert.Equal(t, ":2", c.ListenResp)
-				assert.Equal(t, "t", c.Auth.Token)
+				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
 					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Password: "p", Replicas: 2,
 					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
@@ -259,11 +260,12 @@ func TestLoadPrecedence(t *testing.T) {
 				"WRITEBACK_PARTITIONS": "3", "WRITEBACK_WORKERS": "5", "WRITEBACK_BATCH_SIZE": "6",
 				"WRITEBACK_LEASE_LIFETIME": "7ms", "WRITEBACK_OWNER_LEASE": "8s", "WRITEBACK_PINNED_MEMORY_LIMIT": "9MiB",
 				"WRITEBACK_INSTANCE_ID": "i", "WRITEBACK_LOG_LEVEL": "warn", "WRITEBACK_LOG_FORMAT": "json",
+				"WRITEBACK_AUTH_ADMIN_TOKEN": "a", "WRITEBACK_ALLOW_UNAUTHENTICATED": "true",
 			},
 			check: func(t *testing.T, c *Config) {
 				assert.Equal(t, ":1", c.Listen)
 				assert.Equal(t, ":2", c.ListenResp)
-				assert.Equal(t, "t", c.Auth.Token)
+				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
 					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Password: "p", Replicas: 2,
 					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,

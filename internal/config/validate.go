@@ -44,6 +44,7 @@ func (c *Config) Validate() error {
 	var v validator
 	v.address("listen", c.Listen, false)
 	v.address("listenResp", c.ListenResp, true)
+	c.validateAuth(&v)
 	c.validateRedis(&v)
 	c.validateStores(&v)
 	c.validateCollections(&v)
@@ -56,6 +57,38 @@ func (c *Config) Validate() error {
 	v.oneOf("log.level", c.Log.Level, "log level", logLevels)
 	v.oneOf("log.format", c.Log.Format, "log format", logFormats)
 	return errors.Join(v.errs...)
+}
+
+// validateAuth refuses to expose the front doors beyond this host without
+// a token, unless the operator said so (auth.allowUnauthenticated).
+func (c *Config) validateAuth(v *validator) {
+	a := c.Auth
+	if a.Token != "" || a.AllowUnauthenticated {
+		return
+	}
+	for _, l := range []struct{ field, addr, flag string }{{"listen", c.Listen, "--listen"}, {"listenResp", c.ListenResp, "--listen-resp"}} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			continue // reported by address
+		}
+		if !Loopback(l.addr) {
+			v.addf("%s: %q is reachable from other hosts and auth.token is empty, so anyone could read and write every document; set auth.token (WRITEBACK_AUTH_TOKEN), listen on 127.0.0.1 (%s), or set auth.allowUnauthenticated: true (--allow-unauthenticated) to accept the risk", l.field, l.addr, l.flag)
+		}
+	}
+}
+
+// Loopback reports whether the host:port address addr listens on the
+// loopback interface only: localhost or a loopback IP. An empty host, a
+// wildcard or any other name is reachable from other hosts.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *Config) validateRedis(v *validator) {

@@ -34,7 +34,7 @@ func TestValidateOK(t *testing.T) {
 	}{
 		{"as built", func(c *Config) {}},
 		{"no listenResp", func(c *Config) { c.ListenResp = "" }},
-		{"IPv6 and port 0", func(c *Config) { c.Listen = "[::1]:0"; c.ListenResp = ":6380" }},
+		{"IPv6 and port 0", func(c *Config) { c.Listen = "[::1]:0"; c.ListenResp = ":6380"; c.Auth.Token = "t" }},
 		{"sentinel with a master", func(c *Config) { c.Redis.Mode = ModeSentinel; c.Redis.MasterName = "m" }},
 		{"cluster", func(c *Config) { c.Redis.Mode = ModeCluster }},
 		{"bounds", func(c *Config) {
@@ -243,4 +243,42 @@ func TestValidateFromFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualError(t, c.Validate(),
 		`collections.usertable.store: "pgx" is not a configured store; add it under stores or use one of: maria, pg`)
+}
+
+// A front door reachable from other hosts needs a token, or the
+// operator's explicit consent (auth.allowUnauthenticated).
+func TestValidateExposure(t *testing.T) {
+	tests := []struct {
+		name       string
+		listen     string
+		listenResp string
+		token      string
+		allow      bool
+		wantErr    string // "" means valid
+	}{
+		{"loopback IPv4", "127.0.0.1:8480", "127.0.0.2:6380", "", false, ""},
+		{"loopback IPv6 and localhost", "[::1]:8480", "localhost:6380", "", false, ""},
+		{"RESP disabled", "127.0.0.1:8480", "", "", false, ""},
+		{"wildcard with a token", ":8480", "0.0.0.0:6380", "t", false, ""},
+		{"wildcard allowed explicitly", ":8480", "[::]:6380", "", true, ""},
+		{"empty host", ":8480", "", "", false,
+			`listen: ":8480" is reachable from other hosts and auth.token is empty, so anyone could read and write every document; set auth.token (WRITEBACK_AUTH_TOKEN), listen on 127.0.0.1 (--listen), or set auth.allowUnauthenticated: true (--allow-unauthenticated) to accept the risk`},
+		{"pod IP on the Redis port", "127.0.0.1:8480", "10.1.2.3:6380", "", false,
+			`listenResp: "10.1.2.3:6380" is reachable from other hosts and auth.token is empty, so anyone could read and write every document; set auth.token (WRITEBACK_AUTH_TOKEN), listen on 127.0.0.1 (--listen-resp), or set auth.allowUnauthenticated: true (--allow-unauthenticated) to accept the risk`},
+		{"a host name", "sidecar.local:8480", "", "", false, `listen: "sidecar.local:8480" is reachable from other hosts`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			c.Listen, c.ListenResp, c.Auth.Token, c.Auth.AllowUnauthenticated = tc.listen, tc.listenResp, tc.token, tc.allow
+			err := c.Validate()
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.NotContains(t, err.Error(), "\n", "one sentence")
+		})
+	}
 }
