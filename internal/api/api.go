@@ -39,7 +39,11 @@ const RequestTimeout = 30 * time.Second
 
 // Options configure the handler.
 type Options struct {
-	Token        string // bearer token required on /v1 when not empty
+	Token string // bearer token required on /v1 when not empty
+	// AdminToken, when not empty, is the only token the administrative
+	// endpoints (flush, dead letters) accept; it is accepted everywhere
+	// Token is.
+	AdminToken   string
 	MaxBodyBytes int64
 	Version      string
 	InstanceID   string
@@ -49,16 +53,17 @@ type Options struct {
 
 // Handler serves the API.
 type Handler struct {
-	opt  Options
-	svc  *document.Service
-	app  *bgt.Applier
-	buf  *buffer.Buffer
-	m    *metrics.Metrics
-	reg  prometheus.Gatherer
-	log  *slog.Logger
-	mux  *http.ServeMux
-	rdb  redis.UniversalClient
-	auth []byte
+	opt   Options
+	svc   *document.Service
+	app   *bgt.Applier
+	buf   *buffer.Buffer
+	m     *metrics.Metrics
+	reg   prometheus.Gatherer
+	log   *slog.Logger
+	mux   *http.ServeMux
+	rdb   redis.UniversalClient
+	auth  []byte
+	admin []byte
 	// queues, set by RegisterSessions when queue families are configured,
 	// makes /v1/flush apply pending sessions too and /v1/status report them.
 	queues *Sessions
@@ -69,16 +74,16 @@ func New(opt Options, svc *document.Service, app *bgt.Applier, buf *buffer.Buffe
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = 1 << 20
 	}
-	h := &Handler{opt: opt, svc: svc, app: app, buf: buf, m: m, reg: reg, log: log, mux: http.NewServeMux(), rdb: buf.Client(), auth: []byte(opt.Token)}
+	h := &Handler{opt: opt, svc: svc, app: app, buf: buf, m: m, reg: reg, log: log, mux: http.NewServeMux(), rdb: buf.Client(), auth: []byte(opt.Token), admin: []byte(opt.AdminToken)}
 	h.route("GET /v1/docs/{collection}/{id}", "get", h.getDoc)
 	h.route("PUT /v1/docs/{collection}/{id}", "put", h.putDoc)
 	h.route("PATCH /v1/docs/{collection}/{id}", "patch", h.patchDoc)
 	h.route("DELETE /v1/docs/{collection}/{id}", "delete", h.deleteDoc)
 	h.route("GET /v1/docs/{collection}", "scan", h.scan)
-	h.route("POST /v1/flush", "flush", h.flush)
+	h.routeAdmin("POST /v1/flush", "flush", h.flush)
 	h.route("GET /v1/status", "status", h.status)
-	h.route("GET /v1/deadletters", "deadletters", h.listDead)
-	h.route("POST /v1/deadletters/{action}", "deadletters", h.actDead)
+	h.routeAdmin("GET /v1/deadletters", "deadletters", h.listDead)
+	h.routeAdmin("POST /v1/deadletters/{action}", "deadletters", h.actDead)
 	h.route("/v1/", "other", func(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -117,14 +122,22 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// route serves an endpoint of the API; routeAdmin an administrative one,
+// which needs auth.adminToken when it is set.
 func (h *Handler) route(pattern, op string, fn func(http.ResponseWriter, *http.Request) error) {
+	h.handle(pattern, op, false, fn)
+}
+
+func (h *Handler) routeAdmin(pattern, op string, fn func(http.ResponseWriter, *http.Request) error) {
+	h.handle(pattern, op, true, fn)
+}
+
+func (h *Handler) handle(pattern, op string, admin bool, fn func(http.ResponseWriter, *http.Request) error) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		var err error
-		if len(h.auth) > 0 && !h.authorized(r) {
-			err = apiError(http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token; send Authorization: Bearer <token>")
-		} else {
+		if err = h.authorize(r, admin); err == nil {
 			r.Body = http.MaxBytesReader(sw, r.Body, h.opt.MaxBodyBytes)
 			if op != "flush" {
 				// Bounded requests are part of the applied-records
@@ -143,9 +156,22 @@ func (h *Handler) route(pattern, op string, fn func(http.ResponseWriter, *http.R
 	})
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
+// authorize checks a request's bearer token. With auth.adminToken set, an
+// administrative endpoint takes only it: the normal token (or none, when
+// auth.token is empty) is a 403; every other endpoint takes either token.
+func (h *Handler) authorize(r *http.Request, admin bool) error {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(tok), h.auth) == 1
+	isAdmin := ok && len(h.admin) > 0 && subtle.ConstantTimeCompare([]byte(tok), h.admin) == 1
+	isUser := len(h.auth) == 0 || ok && subtle.ConstantTimeCompare([]byte(tok), h.auth) == 1
+	switch {
+	case isAdmin:
+		return nil
+	case admin && len(h.admin) > 0 && isUser:
+		return apiError(http.StatusForbidden, "forbidden", "this endpoint needs the admin token (auth.adminToken); send Authorization: Bearer <admin token>")
+	case admin && len(h.admin) > 0, !isUser:
+		return apiError(http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token; send Authorization: Bearer <token>")
+	}
+	return nil
 }
 
 // writeError renders an error in the error model: the API's own errors

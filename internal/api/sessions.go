@@ -34,9 +34,9 @@ func (h *Handler) RegisterSessions(s Sessions) {
 	h.route("POST /v1/sessions/{id}/{action}", "session", sh.act)
 	h.route("GET /v1/cache/{key...}", "cache", sh.read)
 	h.route("GET /v1/queues", "queues", sh.status)
-	h.route("POST /v1/queues/flush", "flush", sh.flush)
-	h.route("GET /v1/queues/deadletters", "queues", sh.listDead)
-	h.route("POST /v1/queues/deadletters/{action}", "queues", sh.actDead)
+	h.routeAdmin("POST /v1/queues/flush", "flush", sh.flush)
+	h.routeAdmin("GET /v1/queues/deadletters", "queues", sh.listDead)
+	h.routeAdmin("POST /v1/queues/deadletters/{action}", "queues", sh.actDead)
 }
 
 type sessionHandler struct {

@@ -140,6 +140,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	}
 	h := api.New(api.Options{
 		Token:        cfg.Auth.Token,
+		AdminToken:   cfg.Auth.AdminToken,
 		MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		Version:      Version,
 		InstanceID:   wb.InstanceID,

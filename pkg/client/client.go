@@ -378,6 +378,8 @@ func codeOf(status int) string {
 		return CodeInvalidArgument
 	case http.StatusUnauthorized:
 		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodeForbidden
 	case http.StatusNotFound:
 		return CodeNotFound
 	case http.StatusConflict:

@@ -99,6 +99,7 @@ type FlushRequest struct {
 const (
 	CodeInvalidArgument = "invalid_argument" // 400
 	CodeUnauthenticated = "unauthenticated"  // 401
+	CodeForbidden       = "forbidden"        // 403: an administrative endpoint needs the admin token
 	CodeNotFound        = "not_found"        // 404
 	CodeAborted         = "aborted"          // 409: retry with backoff
 	CodeTooLarge        = "too_large"        // 413
