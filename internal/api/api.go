@@ -560,18 +560,25 @@ func sortCollections(cs []client.CollectionStatus) {
 	}
 }
 
+// notReady is /readyz's reason for a dependency that failed its ping. The
+// driver's error can name the user, host and database (a DSN's parts), and
+// /readyz needs no token: the error goes to the log only.
+const notReady = "unavailable; see the sidecar's log"
+
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	ready := true
 	out := map[string]string{"redis": "ok"}
 	if err := h.rdb.Ping(ctx).Err(); err != nil {
-		out["redis"] = document.OneLine(err.Error())
+		h.log.Warn("readyz: Redis did not answer its ping", "err", err)
+		out["redis"] = notReady
 		ready = false
 	}
 	for name, st := range h.opt.Stores {
 		if err := st.Ping(ctx); err != nil {
-			out["store "+name] = document.OneLine(err.Error())
+			h.log.Warn("readyz: a store did not answer its ping", "store", name, "err", err)
+			out["store "+name] = notReady
 			h.m.StoreUp.WithLabelValues(name).Set(0)
 			ready = false
 			continue
