@@ -14,6 +14,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"sort"
 	"strconv"
@@ -138,6 +139,9 @@ func (h *Handler) handle(pattern, op string, admin bool, fn func(http.ResponseWr
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		var err error
 		if err = h.authorize(r, admin); err == nil {
+			err = checkContentType(r)
+		}
+		if err == nil {
 			r.Body = http.MaxBytesReader(sw, r.Body, h.opt.MaxBodyBytes)
 			if op != "flush" {
 				// Bounded requests are part of the applied-records
@@ -154,6 +158,28 @@ func (h *Handler) handle(pattern, op string, admin bool, fn func(http.ResponseWr
 		h.m.Requests.WithLabelValues(op, strconv.Itoa(sw.code)).Inc()
 		h.m.RequestDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	})
+}
+
+// checkContentType refuses a request body that does not say it is JSON:
+// Content-Type application/json or application/<something>+json (such as
+// application/merge-patch+json), with any parameters (charset=utf-8). A
+// request without a body needs none. Refusing other types keeps a browser
+// form (text/plain, application/x-www-form-urlencoded), which a page can
+// post cross-site without a preflight, from writing documents.
+func checkContentType(r *http.Request) error {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return nil
+	}
+	if r.ContentLength == 0 {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return apiError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the request body must be JSON; send Content-Type: application/json")
 }
 
 // authorize checks a request's bearer token. With auth.adminToken set, an

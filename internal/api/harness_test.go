@@ -170,8 +170,9 @@ type reply struct {
 	body   []byte
 }
 
-// do sends a request; body may be "" (no body). hdr are header name/value
-// pairs; an Authorization among them replaces the world's token.
+// do sends a request; body may be "" (no body), else it is sent as
+// application/json. hdr are header name/value pairs; an Authorization or
+// Content-Type among them replaces the default.
 func (w *world) do(t *testing.T, method, path, body string, hdr ...string) reply {
 	t.Helper()
 	var rd io.Reader
@@ -184,6 +185,9 @@ func (w *world) do(t *testing.T, method, path, body string, hdr ...string) reply
 	}
 	if w.token != "" {
 		req.Header.Set("Authorization", "Bearer "+w.token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

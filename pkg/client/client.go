@@ -386,6 +386,8 @@ func codeOf(status int) string {
 		return CodeAborted
 	case http.StatusRequestEntityTooLarge:
 		return CodeTooLarge
+	case http.StatusUnsupportedMediaType:
+		return CodeUnsupportedMediaType
 	case http.StatusServiceUnavailable:
 		return CodeUnavailable
 	}

@@ -103,6 +103,9 @@ const (
 	CodeNotFound        = "not_found"        // 404
 	CodeAborted         = "aborted"          // 409: retry with backoff
 	CodeTooLarge        = "too_large"        // 413
-	CodeUnavailable     = "unavailable"      // 503
-	CodeInternal        = "internal"         // 500
+	// CodeUnsupportedMediaType: a request body not sent as
+	// Content-Type: application/json (415).
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeUnavailable          = "unavailable" // 503
+	CodeInternal             = "internal"    // 500
 )
