@@ -118,6 +118,10 @@ type statusWriter struct {
 	code int
 }
 
+// Unwrap lets http.ResponseController reach the connection (flush sets
+// its own write deadline).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *statusWriter) WriteHeader(code int) {
 	w.code = code
 	w.ResponseWriter.WriteHeader(code)
@@ -404,11 +408,22 @@ func flushTimeout(r *http.Request) (time.Duration, error) {
 	return d, nil
 }
 
+// flushGrace is how long after its timeout a flush may still take to count
+// what is pending and answer.
+const flushGrace = 15 * time.Second
+
+// extendWriteDeadline lets a flush answer after http.writeTimeout, which
+// bounds every other request: a flush may wait up to its own timeout.
+func extendWriteDeadline(w http.ResponseWriter, timeout time.Duration) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + flushGrace))
+}
+
 func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
 	timeout, err := flushTimeout(r)
 	if err != nil {
 		return err
 	}
+	extendWriteDeadline(w, timeout)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	// Documents and sessions touch different keys and rows: flush both at

@@ -26,6 +26,7 @@ type Config struct {
 	Mappings    []map[string]any      `yaml:"mappings"` // kept raw for the mappings plugins
 	Writeback   Writeback             `yaml:"writeback"`
 	Limits      Limits                `yaml:"limits"`
+	HTTP        HTTP                  `yaml:"http"`
 	Log         Log                   `yaml:"log"`
 }
 
@@ -138,6 +139,17 @@ type Limits struct {
 	MaxBodyBytes ByteSize `yaml:"maxBodyBytes"`
 }
 
+// HTTP bounds how long the API's server waits for a client, so that slow
+// or idle clients cannot hold connections (and goroutines) for ever.
+type HTTP struct {
+	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout"` // to read a request's headers
+	ReadTimeout       Duration `yaml:"readTimeout"`       // to read a whole request, body included
+	// WriteTimeout bounds a request from the end of its headers to the
+	// end of its answer; a flush extends it to its own timeout.
+	WriteTimeout Duration `yaml:"writeTimeout"`
+	IdleTimeout  Duration `yaml:"idleTimeout"` // a kept-alive connection waiting for its next request
+}
+
 // Log configures the process's slog logger.
 type Log struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
@@ -170,7 +182,13 @@ func Default() *Config {
 			PinnedMemoryLimit: 1 * GiB,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
-		Log:    Log{Level: "info", Format: "text"},
+		HTTP: HTTP{
+			ReadHeaderTimeout: Duration{10 * time.Second},
+			ReadTimeout:       Duration{time.Minute},
+			WriteTimeout:      Duration{time.Minute},
+			IdleTimeout:       Duration{2 * time.Minute},
+		},
+		Log: Log{Level: "info", Format: "text"},
 	}
 }
 

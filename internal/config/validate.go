@@ -54,6 +54,7 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxBodyBytes <= 0 {
 		v.addf("limits.maxBodyBytes: %d is not positive; use a size such as 1MiB", c.Limits.MaxBodyBytes)
 	}
+	c.validateHTTP(&v)
 	v.oneOf("log.level", c.Log.Level, "log level", logLevels)
 	v.oneOf("log.format", c.Log.Format, "log format", logFormats)
 	return errors.Join(v.errs...)
@@ -260,6 +261,20 @@ func (c *Config) validateWriteback(v *validator) {
 	}
 	if strings.ContainsAny(w.InstanceID, "{} \t\r\n") {
 		v.addf("writeback.instanceID: %q contains braces or spaces; use letters, digits, '-', '.' or '_'", w.InstanceID)
+	}
+}
+
+// MinWriteTimeout is the shortest http.writeTimeout: every request but a
+// flush may take 30 s (api.RequestTimeout), and its answer must still go out.
+const MinWriteTimeout = 30 * time.Second
+
+func (c *Config) validateHTTP(v *validator) {
+	h := c.HTTP
+	v.positive("http.readHeaderTimeout", h.ReadHeaderTimeout, "10s")
+	v.positive("http.readTimeout", h.ReadTimeout, "1m")
+	v.positive("http.idleTimeout", h.IdleTimeout, "2m")
+	if h.WriteTimeout.Duration < MinWriteTimeout {
+		v.addf("http.writeTimeout: %s is shorter than the 30s a request may take, so answers would be cut off; use at least 30s (the default is 1m)", h.WriteTimeout)
 	}
 }
 

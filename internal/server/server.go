@@ -148,7 +148,14 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		Warnings:     func() []string { return s.warnings },
 	}, s.svc, s.app, s.buf, s.m, reg, log)
 	s.sess.register(h)
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	s.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Duration,
+		ReadTimeout:       cfg.HTTP.ReadTimeout.Duration,
+		WriteTimeout:      cfg.HTTP.WriteTimeout.Duration,
+		IdleTimeout:       cfg.HTTP.IdleTimeout.Duration,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %v; choose a free address with --listen", cfg.Listen, err)
