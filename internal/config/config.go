@@ -27,6 +27,7 @@ type Config struct {
 	Writeback   Writeback             `yaml:"writeback"`
 	Limits      Limits                `yaml:"limits"`
 	HTTP        HTTP                  `yaml:"http"`
+	Resp        Resp                  `yaml:"resp"`
 	Log         Log                   `yaml:"log"`
 }
 
@@ -150,6 +151,17 @@ type HTTP struct {
 	IdleTimeout  Duration `yaml:"idleTimeout"` // a kept-alive connection waiting for its next request
 }
 
+// Resp bounds the Redis-protocol front door's connections.
+type Resp struct {
+	// MaxConnections is the most client connections served at once; one
+	// more is answered "-ERR max number of clients reached" and closed.
+	MaxConnections int `yaml:"maxConnections"`
+	// WriteTimeout is how long a reply may wait for the client to read
+	// it; a client that reads none of its replies for that long is
+	// disconnected.
+	WriteTimeout Duration `yaml:"writeTimeout"`
+}
+
 // Log configures the process's slog logger.
 type Log struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
@@ -188,7 +200,8 @@ func Default() *Config {
 			WriteTimeout:      Duration{time.Minute},
 			IdleTimeout:       Duration{2 * time.Minute},
 		},
-		Log: Log{Level: "info", Format: "text"},
+		Resp: Resp{MaxConnections: 10000, WriteTimeout: Duration{30 * time.Second}},
+		Log:  Log{Level: "info", Format: "text"},
 	}
 }
 

@@ -96,7 +96,8 @@ func TestLoadFull(t *testing.T) {
 		Limits: Limits{MaxBodyBytes: 64 << 10},
 		HTTP: HTTP{ReadHeaderTimeout: Duration{5 * time.Second}, ReadTimeout: Duration{30 * time.Second},
 			WriteTimeout: Duration{45 * time.Second}, IdleTimeout: Duration{time.Minute}},
-		Log: Log{Level: "debug", Format: "json"},
+		Resp: Resp{MaxConnections: 500, WriteTimeout: Duration{5 * time.Second}},
+		Log:  Log{Level: "debug", Format: "json"},
 	}
 	assert.Equal(t, want, got)
 }
@@ -390,7 +391,7 @@ func TestLoadStructuralErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, wantErr string
 	}{
-		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, http, limits, listen, listenResp, log, mappings, queues, redis, stores, writeback)"},
+		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
 		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, username)"},
 		{"scalar where a list belongs", "redis: {addrs: 127.0.0.1:6379}\n", "f.yaml:1: redis.addrs: want a list such as [a, b]"},
 		{"mapping where a value belongs", "listen: {a: b}\n", "f.yaml:1: listen: want a single value, not a list or a mapping"},

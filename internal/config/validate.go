@@ -55,6 +55,10 @@ func (c *Config) Validate() error {
 		v.addf("limits.maxBodyBytes: %d is not positive; use a size such as 1MiB", c.Limits.MaxBodyBytes)
 	}
 	c.validateHTTP(&v)
+	if c.Resp.MaxConnections < 1 {
+		v.addf("resp.maxConnections: %d is too small; use at least 1 (the default is 10000)", c.Resp.MaxConnections)
+	}
+	v.positive("resp.writeTimeout", c.Resp.WriteTimeout, "30s")
 	v.oneOf("log.level", c.Log.Level, "log level", logLevels)
 	v.oneOf("log.format", c.Log.Format, "log format", logFormats)
 	return errors.Join(v.errs...)

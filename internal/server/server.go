@@ -164,6 +164,8 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		s.resp = resp.New(resp.Options{
 			Token:           cfg.Auth.Token,
 			MaxCommandBytes: int64(cfg.Limits.MaxBodyBytes),
+			MaxConnections:  cfg.Resp.MaxConnections,
+			WriteTimeout:    cfg.Resp.WriteTimeout.Duration,
 			Version:         Version,
 			InstanceID:      wb.InstanceID,
 		}, s.svc, s.buf, s.app, s.m, log)
