@@ -50,16 +50,32 @@ type Auth struct {
 // Redis is how to reach the Redis deployment that holds the cache and the
 // buffered writes.
 type Redis struct {
-	Addrs       []string `yaml:"addrs"`       // host:port of the servers, sentinels or cluster seeds
-	Mode        string   `yaml:"mode"`        // standalone | sentinel | cluster
-	MasterName  string   `yaml:"masterName"`  // the master the sentinels monitor (sentinel mode)
-	Username    string   `yaml:"username"`    // ACL user
-	Password    string   `yaml:"password"`    // prefer WRITEBACK_REDIS_PASSWORD
-	DB          int      `yaml:"db"`          // database number (standalone and sentinel)
-	Replicas    int      `yaml:"replicas"`    // WAIT for this many replicas before acknowledging
-	KeyPrefix   string   `yaml:"keyPrefix"`   // prefix of every key the sidecar writes
-	DialTimeout Duration `yaml:"dialTimeout"` // connect timeout
-	PoolSize    int      `yaml:"poolSize"`    // connections per Redis node
+	Addrs      []string `yaml:"addrs"`      // host:port of the servers, sentinels or cluster seeds
+	Mode       string   `yaml:"mode"`       // standalone | sentinel | cluster
+	MasterName string   `yaml:"masterName"` // the master the sentinels monitor (sentinel mode)
+	Username   string   `yaml:"username"`   // ACL user
+	Password   string   `yaml:"password"`   // prefer WRITEBACK_REDIS_PASSWORD
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves (sentinel mode), which may differ from the data nodes'.
+	SentinelUsername string   `yaml:"sentinelUsername"`
+	SentinelPassword string   `yaml:"sentinelPassword"` // prefer WRITEBACK_REDIS_SENTINEL_PASSWORD
+	TLS              RedisTLS `yaml:"tls"`
+	DB               int      `yaml:"db"`          // database number (standalone and sentinel)
+	Replicas         int      `yaml:"replicas"`    // WAIT for this many replicas before acknowledging
+	KeyPrefix        string   `yaml:"keyPrefix"`   // prefix of every key the sidecar writes
+	DialTimeout      Duration `yaml:"dialTimeout"` // connect timeout
+	PoolSize         int      `yaml:"poolSize"`    // connections per Redis node
+}
+
+// RedisTLS is TLS to every Redis node (and, in sentinel mode, to the
+// sentinels). The files are PEM and are read when the sidecar starts.
+type RedisTLS struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"caFile"`             // CA bundle to verify the servers; default: the system's roots
+	CertFile           string `yaml:"certFile"`           // client certificate, with keyFile, for tls-auth-clients
+	KeyFile            string `yaml:"keyFile"`            // its private key
+	ServerName         string `yaml:"serverName"`         // the name the servers' certificates must carry; default: the address's host
+	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"` // accept any certificate: tests only
 }
 
 // Redis modes.

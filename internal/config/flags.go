@@ -133,8 +133,16 @@ var bindings = []binding{
 		func(c *Config) *string { return &c.Redis.Mode }),
 	stringBinding("redis-master-name", "name of the master the sentinels monitor (sentinel mode)",
 		func(c *Config) *string { return &c.Redis.MasterName }),
+	stringBinding("redis-username", "Redis ACL user",
+		func(c *Config) *string { return &c.Redis.Username }),
 	stringBinding("redis-password", "Redis password (prefer the environment variable)",
 		func(c *Config) *string { return &c.Redis.Password }),
+	stringBinding("redis-sentinel-password", "password of the sentinels themselves (sentinel mode; prefer the environment variable)",
+		func(c *Config) *string { return &c.Redis.SentinelPassword }),
+	boolBinding("redis-tls", "connect to Redis with TLS",
+		func(c *Config) *bool { return &c.Redis.TLS.Enabled }),
+	stringBinding("redis-tls-ca-file", "PEM CA bundle that verifies the Redis servers' certificates",
+		func(c *Config) *string { return &c.Redis.TLS.CAFile }),
 	intBinding("redis-replicas", "replicas every buffered write must reach before it is acknowledged",
 		func(c *Config) *int { return &c.Redis.Replicas }),
 	stringBinding("redis-key-prefix", "prefix of every Redis key the sidecar writes",
@@ -160,7 +168,7 @@ var bindings = []binding{
 }
 
 // secret flags never show a default in --help.
-var secret = map[string]bool{"auth-token": true, "auth-admin-token": true, "redis-password": true}
+var secret = map[string]bool{"auth-token": true, "auth-admin-token": true, "redis-password": true, "redis-sentinel-password": true}
 
 // BindFlags registers --config and the configuration flags on fs. Load reads
 // back only the flags set on the command line, so a flag never hides the

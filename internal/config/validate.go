@@ -120,9 +120,28 @@ func (c *Config) validateRedis(v *validator) {
 	if strings.ContainsAny(r.KeyPrefix, "{} \t\r\n") {
 		v.addf("redis.keyPrefix: %q contains braces or spaces, which break the keys' hash tags; use letters, digits, ':' or '_' only", r.KeyPrefix)
 	}
+	if r.Mode != ModeSentinel && (r.SentinelUsername != "" || r.SentinelPassword != "") {
+		v.addf("redis.sentinelPassword: sentinelUsername and sentinelPassword authenticate to sentinels, and redis.mode is %q; remove them or set mode: sentinel", r.Mode)
+	}
+	validateRedisTLS(v, r.TLS)
 	v.positive("redis.dialTimeout", r.DialTimeout, "2s")
 	if r.PoolSize < 1 {
 		v.addf("redis.poolSize: %d is too small; use at least 1 (the default is 64)", r.PoolSize)
+	}
+}
+
+func validateRedisTLS(v *validator, t RedisTLS) {
+	if !t.Enabled {
+		if t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify {
+			v.addf("redis.tls.enabled: TLS settings are given but TLS is off; set redis.tls.enabled: true, or remove them")
+		}
+		return
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		v.addf("redis.tls.certFile: a client certificate needs both certFile and keyFile; set both, or neither")
+	}
+	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+		v.addf("redis.tls.insecureSkipVerify: it skips the verification that caFile and serverName configure; remove one or the other")
 	}
 }
 

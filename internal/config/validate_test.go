@@ -37,6 +37,11 @@ func TestValidateOK(t *testing.T) {
 		{"IPv6 and port 0", func(c *Config) { c.Listen = "[::1]:0"; c.ListenResp = ":6380"; c.Auth.Token = "t" }},
 		{"sentinel with a master", func(c *Config) { c.Redis.Mode = ModeSentinel; c.Redis.MasterName = "m" }},
 		{"cluster", func(c *Config) { c.Redis.Mode = ModeCluster }},
+		{"sentinel with its own password and TLS", func(c *Config) {
+			c.Redis.Mode, c.Redis.MasterName, c.Redis.SentinelUsername, c.Redis.SentinelPassword = ModeSentinel, "m", "su", "sp"
+			c.Redis.TLS = RedisTLS{Enabled: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", ServerName: "redis"}
+		}},
+		{"TLS without verification", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, InsecureSkipVerify: true} }},
 		{"bounds", func(c *Config) {
 			c.Writeback.Partitions, c.Writeback.BatchSize, c.Writeback.MaxRetries = 16384, 10000, 0
 		}},
@@ -82,6 +87,14 @@ func TestValidate(t *testing.T) {
 			"resp.maxConnections: 0 is too small; use at least 1 (the default is 10000)"},
 		{"resp write timeout", func(c *Config) { c.Resp.WriteTimeout = Duration{} },
 			"resp.writeTimeout: 0s is not positive; use a duration such as 30s"},
+		{"sentinel password outside sentinel mode", func(c *Config) { c.Redis.SentinelPassword = "x" },
+			`redis.sentinelPassword: sentinelUsername and sentinelPassword authenticate to sentinels, and redis.mode is "standalone"; remove them or set mode: sentinel`},
+		{"TLS settings with TLS off", func(c *Config) { c.Redis.TLS.CAFile = "ca.pem" },
+			"redis.tls.enabled: TLS settings are given but TLS is off; set redis.tls.enabled: true, or remove them"},
+		{"a client certificate without its key", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, CertFile: "c.pem"} },
+			"redis.tls.certFile: a client certificate needs both certFile and keyFile; set both, or neither"},
+		{"insecure and verified", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, InsecureSkipVerify: true, CAFile: "ca.pem"} },
+			"redis.tls.insecureSkipVerify: it skips the verification that caFile and serverName configure; remove one or the other"},
 		{"listenResp", func(c *Config) { c.ListenResp = "6380" },
 			`listenResp: "6380" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
 		{"redis addrs empty", func(c *Config) { c.Redis.Addrs = nil },

@@ -7,11 +7,14 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -65,11 +68,13 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			s.close()
 		}
 	}()
-	s.rdb = newRedis(cfg.Redis)
+	if s.rdb, err = newRedis(cfg.Redis); err != nil {
+		return nil, err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("cannot reach Redis (%s mode, %s): %v; start it or fix redis.addrs", cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ","), err)
+		return nil, redisRefused(pctx, cfg.Redis, err)
 	}
 	warn, err := buffer.CheckEvictionPolicy(pctx, s.rdb)
 	if err != nil {
@@ -183,24 +188,94 @@ const replicaTimeout = 2 * time.Second
 // newRedis returns the client for the configured mode: one server, a
 // Sentinel-managed primary (failover is Redis's own; the client follows the
 // new primary), or a Redis Cluster (every script's keys share a hash tag).
-func newRedis(c config.Redis) redis.UniversalClient {
+// Every mode gets the ACL user, password and TLS; sentinel mode also the
+// sentinels' own user and password.
+func newRedis(c config.Redis) (redis.UniversalClient, error) {
+	tc, err := redisTLS(c.TLS)
+	if err != nil {
+		return nil, err
+	}
 	switch c.Mode {
 	case config.ModeSentinel:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.MasterName, SentinelAddrs: c.Addrs,
-			Username: c.Username, Password: c.Password, DB: c.DB,
+			SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword,
+			Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: tc,
 			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
-		})
+		}), nil
 	case config.ModeCluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
+			Addrs: c.Addrs, Username: c.Username, Password: c.Password, TLSConfig: tc,
 			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
-		})
+		}), nil
 	}
 	return redis.NewClient(&redis.Options{
-		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB,
+		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: tc,
 		DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
-	})
+	}), nil
+}
+
+// redisTLS builds the TLS configuration of redis.tls; nil when TLS is off.
+func redisTLS(t config.RedisTLS) (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // insecureSkipVerify is the operator's explicit choice
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.caFile: %v; give the path of a PEM CA bundle", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.caFile: %s holds no PEM certificate; give a PEM CA bundle", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.certFile: the client certificate and key cannot be loaded (%v); give PEM files of one key pair", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// redisRefused explains a failed first ping: refused credentials, or
+// Redis not reachable. In sentinel mode go-redis reports only that no
+// sentinel answered, so it asks the sentinels itself for their reason.
+func redisRefused(ctx context.Context, c config.Redis, err error) error {
+	msg := err.Error()
+	if c.Mode == config.ModeSentinel {
+		tc, _ := redisTLS(c.TLS) // it loaded once already
+		for _, addr := range c.Addrs {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: c.SentinelUsername, Password: c.SentinelPassword,
+				TLSConfig: tc, DialTimeout: c.DialTimeout.Duration, MaxRetries: -1})
+			serr := sc.Ping(ctx).Err()
+			_ = sc.Close()
+			if serr != nil {
+				msg = "sentinel " + addr + ": " + serr.Error()
+				break
+			}
+		}
+	}
+	for _, auth := range []string{"WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "NOPERM"} {
+		if strings.Contains(msg, auth) {
+			fix := "redis.username and redis.password (WRITEBACK_REDIS_PASSWORD)"
+			if c.Mode == config.ModeSentinel {
+				fix += ", or the sentinels' redis.sentinelUsername and redis.sentinelPassword"
+			}
+			return fmt.Errorf("Redis (%s mode, %s) refused the sidecar's credentials (%s); fix %s", c.Mode, strings.Join(c.Addrs, ","), document.OneLine(msg), fix)
+		}
+	}
+	hint := "start it or fix redis.addrs"
+	if c.TLS.Enabled {
+		hint += " and redis.tls"
+	} else if strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset") {
+		hint += ", or set redis.tls.enabled if it only speaks TLS"
+	}
+	return fmt.Errorf("cannot reach Redis (%s mode, %s): %s; %s", c.Mode, strings.Join(c.Addrs, ","), document.OneLine(msg), hint)
 }
 
 func (s *Server) warn(msg string) {
