@@ -104,12 +104,17 @@ type Error struct {
 	Status int
 	Code   string
 	Msg    string
+	// Retry: sending the request again is safe (nothing was buffered or
+	// applied); the answer carries Retry-After and "retry": true.
+	Retry bool
 }
 
 func (e *Error) Error() string { return e.Msg }
 
+// apiError is an error of the API's own; 409 and 503 say nothing was done,
+// so retrying them is safe.
 func apiError(status int, code, msg string) *Error {
-	return &Error{Status: status, Code: code, Msg: msg}
+	return &Error{Status: status, Code: code, Msg: msg, Retry: status == http.StatusConflict || status == http.StatusServiceUnavailable}
 }
 
 // statusWriter remembers the status code for metrics.
@@ -223,13 +228,13 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		case f.Log != "":
 			h.log.Warn(f.Log, "method", r.Method, "path", r.URL.Path, "err", err)
 		}
-		if f.Conflict {
-			w.Header().Set("Retry-After", "1")
-		}
-		ae = apiError(f.Status, f.Code, f.Msg)
+		ae = &Error{Status: f.Status, Code: f.Code, Msg: f.Msg, Retry: f.Retry == document.RetrySafe}
+	}
+	if ae.Retry {
+		w.Header().Set("Retry-After", "1")
 	}
 	var body client.ErrorBody
-	body.Error.Code, body.Error.Message = ae.Code, ae.Msg
+	body.Error.Code, body.Error.Message, body.Error.Retry = ae.Code, ae.Msg, ae.Retry
 	writeJSON(w, ae.Status, body)
 }
 

@@ -246,6 +246,20 @@ func (r reply) isError(t *testing.T, what string, status int, code, msg string) 
 	}
 }
 
+// retries checks that an error answer says whether retrying is safe, in
+// its body ("retry") and its header (Retry-After, only when it is).
+func (r reply) retries(t *testing.T, what string, want bool) {
+	t.Helper()
+	var eb client.ErrorBody
+	if err := json.Unmarshal(r.body, &eb); err != nil {
+		t.Errorf("%s: %v in %s", what, err, r.body)
+		return
+	}
+	if eb.Error.Retry != want || (r.header.Get("Retry-After") != "") != want {
+		t.Errorf("%s: retry %v, Retry-After %q; want retry %v, with Retry-After exactly when true", what, eb.Error.Retry, r.header.Get("Retry-After"), want)
+	}
+}
+
 // status reads /v1/status.
 func (w *world) status(t *testing.T) client.Status {
 	t.Helper()

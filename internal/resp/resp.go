@@ -249,7 +249,7 @@ func codeLabel(code int) string {
 }
 
 func init() {
-	for _, c := range []int{200, 400, 401, 404, 409, 413, 503} {
+	for _, c := range []int{200, 400, 401, 404, 409, 413, 500, 503} {
 		statusLabels[c] = strconv.Itoa(c)
 	}
 }
