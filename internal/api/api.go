@@ -31,6 +31,7 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
 )
@@ -222,6 +223,9 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		ae = apiError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the limit of %d bytes", mbe.Limit))
 	default:
 		f := document.Classify(err)
+		if re := (*rscript.ReplicationError)(nil); errors.As(err, &re) {
+			h.m.ReplicationFailures.Inc()
+		}
 		switch {
 		case f.Internal:
 			h.log.Error(f.Log, "method", r.Method, "path", r.URL.Path, "err", err)
@@ -619,7 +623,10 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := h.rdb.Ping(ctx).Err(); err != nil {
 		h.log.Warn("readyz: Redis did not answer its ping", "err", err)
 		out["redis"] = notReady
+		h.m.RedisUp.Set(0)
 		ready = false
+	} else {
+		h.m.RedisUp.Set(1)
 	}
 	for name, st := range h.opt.Stores {
 		if err := st.Ping(ctx); err != nil {

@@ -202,6 +202,45 @@ func TestReplicationError(t *testing.T) {
 			r.retries(t, tc.name, false)
 		})
 	}
+	t.Cleanup(func() { // after the parallel subtests
+		if got := w.metric(t, "writeback_redis_replication_failures_total"); got != 2 {
+			t.Errorf("writeback_redis_replication_failures_total = %v; want 2", got)
+		}
+	})
+}
+
+// With Redis unreachable, /readyz answers 503 with a neutral reason for
+// Redis (its error goes to the log) and writeback_redis_up says 0, and a
+// write is a 503 that is safe to retry (no connection could be made, so
+// nothing was buffered); once Redis is back, both recover.
+func TestRedisDown(t *testing.T) {
+	w := newWorld(t, opts{redisPx: true})
+	w.do(t, "GET", "/readyz", "").ok(t, "readyz", nil)
+	if got := w.metric(t, "writeback_redis_up"); got != 1 {
+		t.Errorf("writeback_redis_up = %v with Redis up; want 1", got)
+	}
+	w.rpx.cut()
+	r := w.do(t, "GET", "/readyz", "")
+	var ready map[string]string
+	r.ok(t, "readyz with Redis down", &ready, http.StatusServiceUnavailable)
+	if ready["redis"] != "unavailable; see the sidecar's log" {
+		t.Errorf("readyz with Redis down: %v; want redis unavailable", ready)
+	}
+	for _, leak := range []string{w.rpx.addr, "dial", "refused", "EOF"} {
+		if strings.Contains(string(r.body), leak) {
+			t.Errorf("/readyz quotes %q: %s", leak, r.body)
+		}
+	}
+	if got := w.metric(t, "writeback_redis_up"); got != 0 {
+		t.Errorf("writeback_redis_up = %v with Redis down; want 0", got)
+	}
+	p := w.do(t, "PUT", "/v1/docs/"+w.coll+"/1", `{"n":1}`)
+	p.isError(t, "put with Redis down", http.StatusServiceUnavailable, client.CodeUnavailable, "Redis is unavailable; retry with backoff")
+	p.retries(t, "put with Redis down", true)
+	w.rpx.restore()
+	waitFor(t, 10*time.Second, "writeback_redis_up to be 1 again", func() bool {
+		return w.metric(t, "writeback_redis_up") == 1
+	})
 }
 
 func jsonInto(b []byte, v any) bool { return json.Unmarshal(b, v) == nil }

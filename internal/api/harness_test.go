@@ -52,6 +52,7 @@ type world struct {
 	pg     *sql.DB
 	rdb    *redis.Client
 	px     *proxy // PostgreSQL as the sidecar reaches it, with opts.proxy
+	rpx    *proxy // Redis as the sidecar reaches it, with opts.redisPx
 	hc     *http.Client
 }
 
@@ -60,6 +61,7 @@ type opts struct {
 	token    string
 	sessions bool // configure a queue family and a mapping
 	proxy    bool // reach PostgreSQL through a proxy the test can cut
+	redisPx  bool // reach Redis through a proxy the test can cut (world.rpx)
 	edit     func(*config.Config)
 }
 
@@ -117,6 +119,11 @@ func newWorld(t *testing.T, o opts) *world {
 		u.Host = w.px.addr
 		dsn = u.String()
 	}
+	sidecarRedis := redisAddr
+	if o.redisPx {
+		w.rpx = newProxy(t, redisAddr)
+		sidecarRedis = w.rpx.addr
+	}
 	cfg, err := config.Parse("test", []byte(fmt.Sprintf(`listen: 127.0.0.1:0
 listenResp: ""
 auth: {token: %q}
@@ -128,7 +135,7 @@ collections:
   %s: {store: pg, key: id, policy: write-through}
 %s%swriteback: {partitions: 4, workers: 2, pollInterval: 1h, ownerLease: 3h}
 log: {level: error}
-`, o.token, redisAddr, w.prefix, dsn, w.coll, w.wt, queues, maps)))
+`, o.token, sidecarRedis, w.prefix, dsn, w.coll, w.wt, queues, maps)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 
@@ -223,6 +224,10 @@ func TestRoundsShrinkAfterTimeout(t *testing.T) {
 	w.app.mu.Unlock()
 	if !ok || s.div < 2 || s.failed < 1 {
 		t.Errorf("rounds of document 0's partition: %+v, %v; want them shrunk after a timeout", s, ok)
+	}
+	timeouts, shrinks := testutil.ToFloat64(w.app.m.BatchTimeouts), testutil.ToFloat64(w.app.m.BatchShrinks)
+	if timeouts < 1 || shrinks < 1 || shrinks > timeouts {
+		t.Errorf("writeback_apply_batch_timeouts_total %v, writeback_apply_batch_shrinks_total %v; want at least one of each, and no more shrinks than timeouts", timeouts, shrinks)
 	}
 }
 

@@ -18,6 +18,7 @@ var allNames = []string{
 	"pending_changes", "pending_documents", "pinned_bytes", "oldest_pending_age_seconds", "dead_letters",
 	"owned_partitions", "sidecars", "apply_batch_size", "apply_duration_seconds", "apply_errors_total",
 	"duplicates_skipped_total", "converted_writes_total", "lease_conflicts_total", "store_up", "write_through_fallback", "build_info",
+	"apply_batch_timeouts_total", "apply_batch_shrinks_total", "redis_up", "redis_replication_failures_total",
 }
 
 // touch gives every vector one series so that Gather reports it.

@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/writeback/writeback/internal/document"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // Replies are encoded with redcon's Append functions, which speak RESP2;
@@ -123,6 +124,9 @@ func (s *Server) toRESP(err error) *respError {
 		return re
 	}
 	f := document.Classify(err)
+	if re := (*rscript.ReplicationError)(nil); errors.As(err, &re) {
+		s.m.ReplicationFailures.Inc()
+	}
 	switch {
 	case f.Internal:
 		s.log.Error("command failed", "err", err)

@@ -10,14 +10,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/writeback/writeback/internal/document"
+	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/rscript"
 )
 
 // toRESP words document.Classify's retry-safety as an error prefix, and
 // never quotes the driver's error.
 func TestToRESP(t *testing.T) {
-	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: metrics.New(nil)}
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("read: connection reset by peer")}
 	tests := []struct {
@@ -37,7 +40,12 @@ func TestToRESP(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(s.m.ReplicationFailures)
 			e := s.toRESP(tc.err)
+			var re *rscript.ReplicationError
+			if got := testutil.ToFloat64(s.m.ReplicationFailures) - before; got != map[bool]float64{true: 1}[errors.As(tc.err, &re)] {
+				t.Errorf("writeback_redis_replication_failures_total grew by %v", got)
+			}
 			if !strings.HasPrefix(e.msg, tc.want) || e.code != tc.code {
 				t.Errorf("toRESP = %q (%d); want %q… (%d)", e.msg, e.code, tc.want, tc.code)
 			}

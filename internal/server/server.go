@@ -388,6 +388,12 @@ func (s *Server) watch(ctx context.Context) {
 	limit := int64(s.cfg.Writeback.PinnedMemoryLimit)
 	for {
 		st, err := s.buf.Stats(ctx)
+		switch {
+		case err == nil:
+			s.m.RedisUp.Set(1)
+		case ctx.Err() == nil:
+			s.m.RedisUp.Set(0)
+		}
 		if err == nil {
 			s.m.PendingChanges.Set(float64(st.PendingChanges))
 			s.m.PendingDocuments.Set(float64(st.PendingDocuments))
