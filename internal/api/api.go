@@ -7,18 +7,15 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -168,46 +165,6 @@ func (h *Handler) handle(pattern, op string, admin bool, fn func(http.ResponseWr
 		h.m.Requests.WithLabelValues(op, strconv.Itoa(sw.code)).Inc()
 		h.m.RequestDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	})
-}
-
-// checkContentType refuses a request body that does not say it is JSON:
-// Content-Type application/json or application/<something>+json (such as
-// application/merge-patch+json), with any parameters (charset=utf-8). A
-// request without a body needs none. Refusing other types keeps a browser
-// form (text/plain, application/x-www-form-urlencoded), which a page can
-// post cross-site without a preflight, from writing documents.
-func checkContentType(r *http.Request) error {
-	switch r.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
-	default:
-		return nil
-	}
-	if r.ContentLength == 0 {
-		return nil
-	}
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
-		return nil
-	}
-	return apiError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the request body must be JSON; send Content-Type: application/json")
-}
-
-// authorize checks a request's bearer token. With auth.adminToken set, an
-// administrative endpoint takes only it: the normal token (or none, when
-// auth.token is empty) is a 403; every other endpoint takes either token.
-func (h *Handler) authorize(r *http.Request, admin bool) error {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	isAdmin := ok && len(h.admin) > 0 && subtle.ConstantTimeCompare([]byte(tok), h.admin) == 1
-	isUser := len(h.auth) == 0 || ok && subtle.ConstantTimeCompare([]byte(tok), h.auth) == 1
-	switch {
-	case isAdmin:
-		return nil
-	case admin && len(h.admin) > 0 && isUser:
-		return apiError(http.StatusForbidden, "forbidden", "this endpoint needs the admin token (auth.adminToken); send Authorization: Bearer <admin token>")
-	case admin && len(h.admin) > 0, !isUser:
-		return apiError(http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token; send Authorization: Bearer <token>")
-	}
-	return nil
 }
 
 // writeError renders an error in the error model: the API's own errors
@@ -608,40 +565,4 @@ func sortCollections(cs []client.CollectionStatus) {
 			cs[j], cs[j-1] = cs[j-1], cs[j]
 		}
 	}
-}
-
-// notReady is /readyz's reason for a dependency that failed its ping. The
-// driver's error can name the user, host and database (a DSN's parts), and
-// /readyz needs no token: the error goes to the log only.
-const notReady = "unavailable; see the sidecar's log"
-
-func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	ready := true
-	out := map[string]string{"redis": "ok"}
-	if err := h.rdb.Ping(ctx).Err(); err != nil {
-		h.log.Warn("readyz: Redis did not answer its ping", "err", err)
-		out["redis"] = notReady
-		h.m.RedisUp.Set(0)
-		ready = false
-	} else {
-		h.m.RedisUp.Set(1)
-	}
-	for name, st := range h.opt.Stores {
-		if err := st.Ping(ctx); err != nil {
-			h.log.Warn("readyz: a store did not answer its ping", "store", name, "err", err)
-			out["store "+name] = notReady
-			h.m.StoreUp.WithLabelValues(name).Set(0)
-			ready = false
-			continue
-		}
-		out["store "+name] = "ok"
-		h.m.StoreUp.WithLabelValues(name).Set(1)
-	}
-	code := http.StatusOK
-	if !ready {
-		code = http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, out)
 }
