@@ -77,9 +77,11 @@ func TestSentinelReplicaShortfall(t *testing.T) {
 			t.Errorf("probe %d answered after %v (%v): a write short of replicas must answer within about replicaTimeout (2 s)", i, r.took.Round(100*time.Millisecond), r.err)
 		case r.err == nil:
 			// Acknowledged: possible only if two replicas confirmed.
-		case !errIs(r.err, 503) || !strings.Contains(r.err.Error(), "replica"):
+		case !(errIs(r.err, 503) || errIs(r.err, 500)) || !strings.Contains(r.err.Error(), "replica"):
+			// 503: refused for too few in-sync replicas, nothing buffered;
+			// 500: WAIT's timeout, the write may still apply.
 			wrong++
-			t.Errorf("probe %d: %v; want a 503 naming the missing replicas", i, r.err)
+			t.Errorf("probe %d: %v; want a 503 or 500 naming the missing replicas", i, r.err)
 		}
 	}
 	if v := metricValue(t, addr, "writeback_replica_shortfalls_total"); v < 1 {

@@ -351,11 +351,16 @@ func TestInjectMode(t *testing.T) {
 	checkSidecar(t, sc, sidecarWant{preStopSeconds: 5, secrets: map[string]corev1.SecretKeySelector{
 		"WRITEBACK_STORE_MARIA_DSN": secretRef("catalog-mariadb", "dsn"),
 	}})
-	for _, name := range []string{"WRITEBACK_REDIS_PASSWORD", "WRITEBACK_AUTH_TOKEN"} {
-		if _, ok := envVar(sc, name); ok {
-			t.Errorf("sidecar env has %s although no Secret is configured for it", name)
-		}
+	if _, ok := envVar(sc, "WRITEBACK_REDIS_PASSWORD"); ok {
+		t.Errorf("sidecar env has WRITEBACK_REDIS_PASSWORD although no Secret is configured for it")
 	}
+	// No token Secret is configured: the subchart generates one, and the
+	// sidecar reads both tokens from it.
+	checkSidecar(t, sc, sidecarWant{preStopSeconds: 5, secrets: map[string]corev1.SecretKeySelector{
+		"WRITEBACK_AUTH_TOKEN":       secretRef(release+"-writeback-auth", "token"),
+		"WRITEBACK_AUTH_ADMIN_TOKEN": secretRef(release+"-writeback-auth", "adminToken"),
+	}})
+	generatedTokens(t, ms, release+"-writeback-auth")
 	checkPod(t, d, 5, 30)
 	cfg, _ := loadConfig(t, ms, d, sc)
 	if m := cfg.Stores["maria"]; m.Driver != "mysql" || m.DSN != "secret:catalog-mariadb/dsn" {
@@ -456,6 +461,76 @@ func TestPreStopAndGracePeriod(t *testing.T) {
 	checkPod(t, find[*appsv1.Deployment](t, ms, release), 5, 120)
 }
 
+// generatedTokens checks the Secret the chart generates: a random token
+// and a different random admin token, 40 characters each.
+func generatedTokens(t *testing.T, ms manifests, name string) (token, admin string) {
+	t.Helper()
+	sec := find[*corev1.Secret](t, ms, name)
+	token, admin = string(sec.Data["token"]), string(sec.Data["adminToken"])
+	alnum := regexp.MustCompile(`^[A-Za-z0-9]{40}$`)
+	if !alnum.MatchString(token) || !alnum.MatchString(admin) || token == admin {
+		t.Errorf("Secret %s: token %q, adminToken %q; want two different random 40-character tokens", name, token, admin)
+	}
+	return token, admin
+}
+
+// Without auth.tokenSecret the chart generates the API token and an admin
+// token into a Secret of its own: the sidecar reads both, the app gets the
+// API token as WRITEBACK_TOKEN, and every render draws new ones unless the
+// values give them. With auth.tokenSecret, nothing is generated. With no
+// token at all the chart refuses, unless auth.allowUnauthenticated.
+func TestGeneratedTokens(t *testing.T) {
+	app := example("app-sidecar")
+	secretName := release + "-writeback-auth"
+	ms := render(t, "", "-f", app, "--set", "auth.tokenSecret=null")
+	d := find[*appsv1.Deployment](t, ms, release)
+	sc := container(t, d, "writeback")
+	checkSidecar(t, sc, sidecarWant{preStopSeconds: 5, secrets: map[string]corev1.SecretKeySelector{
+		"WRITEBACK_AUTH_TOKEN":       secretRef(secretName, "token"),
+		"WRITEBACK_AUTH_ADMIN_TOKEN": secretRef(secretName, "adminToken"),
+	}})
+	if e, ok := envVar(container(t, d, "app"), "WRITEBACK_TOKEN"); !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+		e.ValueFrom.SecretKeyRef.Name != secretName || e.ValueFrom.SecretKeyRef.Key != "token" {
+		t.Errorf("app env WRITEBACK_TOKEN = %+v, want the generated token", e)
+	}
+	cfg, _ := loadConfig(t, ms, d, sc)
+	if cfg.Auth.Token != "secret:"+secretName+"/token" || cfg.Auth.AdminToken != "secret:"+secretName+"/adminToken" || cfg.Auth.AllowUnauthenticated {
+		t.Errorf("auth = %+v, want both tokens from the generated Secret", cfg.Auth)
+	}
+	first, _ := generatedTokens(t, ms, secretName)
+	second, _ := generatedTokens(t, render(t, "", "-f", app, "--set", "auth.tokenSecret=null"), secretName)
+	if first == second {
+		t.Errorf("two renders generated the same token %q", first)
+	}
+
+	ms = render(t, "", "-f", app, "--set", "auth.tokenSecret=null,auth.token=given-token-0123456789,auth.generateAdminToken=false")
+	sec := find[*corev1.Secret](t, ms, secretName)
+	if string(sec.Data["token"]) != "given-token-0123456789" || sec.Data["adminToken"] != nil {
+		t.Errorf("Secret %s = %q, want the given token and no admin token", secretName, sec.Data)
+	}
+	if _, ok := envVar(container(t, find[*appsv1.Deployment](t, ms, release), "writeback"), "WRITEBACK_AUTH_ADMIN_TOKEN"); ok {
+		t.Errorf("sidecar env has WRITEBACK_AUTH_ADMIN_TOKEN with generateAdminToken false")
+	}
+
+	// An existing Secret: nothing generated; an admin token from another.
+	ms = render(t, "", "-f", app, "--set", "auth.adminTokenSecret.secretName=shop-admin,auth.adminTokenSecret.secretKey=token")
+	if ss := all[*corev1.Secret](ms); len(ss) != 0 {
+		t.Errorf("with auth.tokenSecret the chart generates Secrets %v", ss)
+	}
+	d = find[*appsv1.Deployment](t, ms, release)
+	checkSidecar(t, container(t, d, "writeback"), sidecarWant{preStopSeconds: 5, secrets: map[string]corev1.SecretKeySelector{
+		"WRITEBACK_AUTH_TOKEN":       secretRef("shop-writeback-auth", "token"),
+		"WRITEBACK_AUTH_ADMIN_TOKEN": secretRef("shop-admin", "token"),
+	}})
+
+	// No token at all, explicitly.
+	ms = render(t, "", "-f", app, "--set", "auth.tokenSecret=null,auth.generate=false,auth.allowUnauthenticated=true")
+	d = find[*appsv1.Deployment](t, ms, release)
+	if cfg, _ := loadConfig(t, ms, d, container(t, d, "writeback")); cfg.Auth.Token != "" || !cfg.Auth.AllowUnauthenticated {
+		t.Errorf("auth = %+v, want no token and allowUnauthenticated", cfg.Auth)
+	}
+}
+
 func TestBadValuesFail(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -497,6 +572,8 @@ stores:
 		{"grace period too short", []string{"-f", app, "--set", "terminationGracePeriodSeconds=12"}, []string{"terminationGracePeriodSeconds: 12 is shorter than preStop.sleepSeconds (5) + the sidecar's 10 s shutdown; use at least 15"}},
 		{"bad pinned memory limit", []string{"-f", app, "--set", "writeback.pinnedMemoryLimit=lots"}, []string{"writeback.pinnedMemoryLimit: Does not match pattern"}},
 		{"instanceID shared by every pod", []string{"-f", app, "--set", "writeback.instanceID=one"}, []string{"writeback: Additional property instanceID is not allowed"}},
+		{"no token", []string{"-f", app, "--set", "auth.tokenSecret=null,auth.generate=false"}, []string{"auth: the sidecar listens on the pod network and has no API token"}},
+		{"admin token equal to the token", []string{"-f", app, "--set", "auth.tokenSecret=null,auth.token=same-token,auth.adminToken=same-token"}, []string{"auth.adminToken: it equals the API token"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { expectFailure(t, tc.args, tc.want...) })

@@ -109,6 +109,8 @@ func newObject(tm metav1.TypeMeta) any {
 		return &corev1.ConfigMap{}
 	case "v1/Service":
 		return &corev1.Service{}
+	case "v1/Secret":
+		return &corev1.Secret{}
 	case "apps/v1/Deployment":
 		return &appsv1.Deployment{}
 	case "policy/v1/PodDisruptionBudget":

@@ -7,7 +7,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
 )
@@ -39,7 +38,11 @@ const RequestTimeout = 30 * time.Second
 
 // Options configure the handler.
 type Options struct {
-	Token        string // bearer token required on /v1 when not empty
+	Token string // bearer token required on /v1 when not empty
+	// AdminToken, when not empty, is the only token the administrative
+	// endpoints (flush, dead letters) accept; it is accepted everywhere
+	// Token is.
+	AdminToken   string
 	MaxBodyBytes int64
 	Version      string
 	InstanceID   string
@@ -49,16 +52,17 @@ type Options struct {
 
 // Handler serves the API.
 type Handler struct {
-	opt  Options
-	svc  *document.Service
-	app  *bgt.Applier
-	buf  *buffer.Buffer
-	m    *metrics.Metrics
-	reg  prometheus.Gatherer
-	log  *slog.Logger
-	mux  *http.ServeMux
-	rdb  redis.UniversalClient
-	auth []byte
+	opt   Options
+	svc   *document.Service
+	app   *bgt.Applier
+	buf   *buffer.Buffer
+	m     *metrics.Metrics
+	reg   prometheus.Gatherer
+	log   *slog.Logger
+	mux   *http.ServeMux
+	rdb   redis.UniversalClient
+	auth  []byte
+	admin []byte
 	// queues, set by RegisterSessions when queue families are configured,
 	// makes /v1/flush apply pending sessions too and /v1/status report them.
 	queues *Sessions
@@ -69,16 +73,16 @@ func New(opt Options, svc *document.Service, app *bgt.Applier, buf *buffer.Buffe
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = 1 << 20
 	}
-	h := &Handler{opt: opt, svc: svc, app: app, buf: buf, m: m, reg: reg, log: log, mux: http.NewServeMux(), rdb: buf.Client(), auth: []byte(opt.Token)}
+	h := &Handler{opt: opt, svc: svc, app: app, buf: buf, m: m, reg: reg, log: log, mux: http.NewServeMux(), rdb: buf.Client(), auth: []byte(opt.Token), admin: []byte(opt.AdminToken)}
 	h.route("GET /v1/docs/{collection}/{id}", "get", h.getDoc)
 	h.route("PUT /v1/docs/{collection}/{id}", "put", h.putDoc)
 	h.route("PATCH /v1/docs/{collection}/{id}", "patch", h.patchDoc)
 	h.route("DELETE /v1/docs/{collection}/{id}", "delete", h.deleteDoc)
 	h.route("GET /v1/docs/{collection}", "scan", h.scan)
-	h.route("POST /v1/flush", "flush", h.flush)
+	h.routeAdmin("POST /v1/flush", "flush", h.flush)
 	h.route("GET /v1/status", "status", h.status)
-	h.route("GET /v1/deadletters", "deadletters", h.listDead)
-	h.route("POST /v1/deadletters/{action}", "deadletters", h.actDead)
+	h.routeAdmin("GET /v1/deadletters", "deadletters", h.listDead)
+	h.routeAdmin("POST /v1/deadletters/{action}", "deadletters", h.actDead)
 	h.route("/v1/", "other", func(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -98,12 +102,17 @@ type Error struct {
 	Status int
 	Code   string
 	Msg    string
+	// Retry: sending the request again is safe (nothing was buffered or
+	// applied); the answer carries Retry-After and "retry": true.
+	Retry bool
 }
 
 func (e *Error) Error() string { return e.Msg }
 
+// apiError is an error of the API's own; 409 and 503 say nothing was done,
+// so retrying them is safe.
 func apiError(status int, code, msg string) *Error {
-	return &Error{Status: status, Code: code, Msg: msg}
+	return &Error{Status: status, Code: code, Msg: msg, Retry: status == http.StatusConflict || status == http.StatusServiceUnavailable}
 }
 
 // statusWriter remembers the status code for metrics.
@@ -112,19 +121,34 @@ type statusWriter struct {
 	code int
 }
 
+// Unwrap lets http.ResponseController reach the connection (flush sets
+// its own write deadline).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *statusWriter) WriteHeader(code int) {
 	w.code = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// route serves an endpoint of the API; routeAdmin an administrative one,
+// which needs auth.adminToken when it is set.
 func (h *Handler) route(pattern, op string, fn func(http.ResponseWriter, *http.Request) error) {
+	h.handle(pattern, op, false, fn)
+}
+
+func (h *Handler) routeAdmin(pattern, op string, fn func(http.ResponseWriter, *http.Request) error) {
+	h.handle(pattern, op, true, fn)
+}
+
+func (h *Handler) handle(pattern, op string, admin bool, fn func(http.ResponseWriter, *http.Request) error) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		var err error
-		if len(h.auth) > 0 && !h.authorized(r) {
-			err = apiError(http.StatusUnauthorized, "unauthenticated", "missing or wrong bearer token; send Authorization: Bearer <token>")
-		} else {
+		if err = h.authorize(r, admin); err == nil {
+			err = checkContentType(r)
+		}
+		if err == nil {
 			r.Body = http.MaxBytesReader(sw, r.Body, h.opt.MaxBodyBytes)
 			if op != "flush" {
 				// Bounded requests are part of the applied-records
@@ -143,11 +167,6 @@ func (h *Handler) route(pattern, op string, fn func(http.ResponseWriter, *http.R
 	})
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(tok), h.auth) == 1
-}
-
 // writeError renders an error in the error model: the API's own errors
 // and the body limit here, everything else as document.Classify says.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -161,19 +180,22 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		ae = apiError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the limit of %d bytes", mbe.Limit))
 	default:
 		f := document.Classify(err)
+		if re := (*rscript.ReplicationError)(nil); errors.As(err, &re) {
+			h.m.ReplicationFailures.Inc()
+		}
 		switch {
 		case f.Internal:
 			h.log.Error(f.Log, "method", r.Method, "path", r.URL.Path, "err", err)
 		case f.Log != "":
 			h.log.Warn(f.Log, "method", r.Method, "path", r.URL.Path, "err", err)
 		}
-		if f.Conflict {
-			w.Header().Set("Retry-After", "1")
-		}
-		ae = apiError(f.Status, f.Code, f.Msg)
+		ae = &Error{Status: f.Status, Code: f.Code, Msg: f.Msg, Retry: f.Retry == document.RetrySafe}
+	}
+	if ae.Retry {
+		w.Header().Set("Retry-After", "1")
 	}
 	var body client.ErrorBody
-	body.Error.Code, body.Error.Message = ae.Code, ae.Msg
+	body.Error.Code, body.Error.Message, body.Error.Retry = ae.Code, ae.Msg, ae.Retry
 	writeJSON(w, ae.Status, body)
 }
 
@@ -352,11 +374,22 @@ func flushTimeout(r *http.Request) (time.Duration, error) {
 	return d, nil
 }
 
+// flushGrace is how long after its timeout a flush may still take to count
+// what is pending and answer.
+const flushGrace = 15 * time.Second
+
+// extendWriteDeadline lets a flush answer after http.writeTimeout, which
+// bounds every other request: a flush may wait up to its own timeout.
+func extendWriteDeadline(w http.ResponseWriter, timeout time.Duration) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + flushGrace))
+}
+
 func (h *Handler) flush(w http.ResponseWriter, r *http.Request) error {
 	timeout, err := flushTimeout(r)
 	if err != nil {
 		return err
 	}
+	extendWriteDeadline(w, timeout)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	// Documents and sessions touch different keys and rows: flush both at
@@ -532,30 +565,4 @@ func sortCollections(cs []client.CollectionStatus) {
 			cs[j], cs[j-1] = cs[j-1], cs[j]
 		}
 	}
-}
-
-func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	ready := true
-	out := map[string]string{"redis": "ok"}
-	if err := h.rdb.Ping(ctx).Err(); err != nil {
-		out["redis"] = document.OneLine(err.Error())
-		ready = false
-	}
-	for name, st := range h.opt.Stores {
-		if err := st.Ping(ctx); err != nil {
-			out["store "+name] = document.OneLine(err.Error())
-			h.m.StoreUp.WithLabelValues(name).Set(0)
-			ready = false
-			continue
-		}
-		out["store "+name] = "ok"
-		h.m.StoreUp.WithLabelValues(name).Set(1)
-	}
-	code := http.StatusOK
-	if !ready {
-		code = http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, out)
 }

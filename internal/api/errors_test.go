@@ -75,9 +75,9 @@ func TestStoreRejection(t *testing.T) {
 }
 
 // With the store unreachable: /readyz answers 503 naming it (Redis ok) and
-// writeback_store_up says 0; a write-through change that got buffered says
-// so and not to retry it; one refused before buffering and a read say to
-// retry. Once the store is back, /readyz answers 200 and the buffered
+// writeback_store_up says 0; a write-through change that got buffered is a
+// 500 buffered, retry false, without Retry-After; one refused before
+// buffering and a read are a 503, retry true, with Retry-After. Once the store is back, /readyz answers 200 and the buffered
 // change is applied.
 func TestStoreDown(t *testing.T) {
 	w := newWorld(t, opts{proxy: true})
@@ -94,23 +94,37 @@ func TestStoreDown(t *testing.T) {
 	r := w.do(t, "GET", "/readyz", "")
 	ready = map[string]string{}
 	r.ok(t, "readyz with the store down", &ready, http.StatusServiceUnavailable)
-	if ready["redis"] != "ok" || ready["store pg"] == "ok" || ready["store pg"] == "" {
-		t.Errorf("readyz with the store down: %v; want redis ok and the store's error", ready)
+	if ready["redis"] != "ok" || ready["store pg"] != "unavailable; see the sidecar's log" {
+		t.Errorf("readyz with the store down: %v; want redis ok and the store unavailable", ready)
+	}
+	// The driver's error names the user, the database and the address;
+	// /readyz needs no token, so none of them may show.
+	for _, leak := range []string{w.px.addr, "postgres", "writeback", "dial", "refused"} {
+		if strings.Contains(string(r.body), leak) {
+			t.Errorf("/readyz quotes %q: %s", leak, r.body)
+		}
 	}
 	if got := w.metric(t, `writeback_store_up{store="pg"}`); got != 0 {
 		t.Errorf("writeback_store_up = %v after a failed /readyz; want 0", got)
 	}
 	cases := []struct {
-		name, method, path, body, msg string
+		name, method, path, body string
+		status                   int
+		code, msg                string
+		retry                    bool
 	}{
-		{"write-through put, buffered", "PUT", "/v1/docs/" + w.wt + "/5", `{"n":5}`, "the store is unavailable, but the change is buffered as seq "},
-		{"write-back patch needing the row", "PATCH", "/v1/docs/" + w.coll + "/5", `{"$set":{"s":"x"}}`, "the store is unavailable; retry with backoff"},
-		{"read of an uncached document", "GET", "/v1/docs/" + w.coll + "/5", "", "unavailable"},
-		{"scan", "GET", "/v1/docs/" + w.coll, "", "unavailable"},
+		{"write-through put, buffered", "PUT", "/v1/docs/" + w.wt + "/5", `{"n":5}`,
+			http.StatusInternalServerError, client.CodeBuffered, "the store is unavailable, but the change is buffered as seq ", false},
+		{"write-back patch needing the row", "PATCH", "/v1/docs/" + w.coll + "/5", `{"$set":{"s":"x"}}`,
+			http.StatusServiceUnavailable, client.CodeUnavailable, "the store is unavailable; retry with backoff", true},
+		{"read of an uncached document", "GET", "/v1/docs/" + w.coll + "/5", "", http.StatusServiceUnavailable, client.CodeUnavailable, "unavailable", true},
+		{"scan", "GET", "/v1/docs/" + w.coll, "", http.StatusServiceUnavailable, client.CodeUnavailable, "unavailable", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w.do(t, tc.method, tc.path, tc.body).isError(t, tc.name, http.StatusServiceUnavailable, client.CodeUnavailable, tc.msg)
+			r := w.do(t, tc.method, tc.path, tc.body)
+			r.isError(t, tc.name, tc.status, tc.code, tc.msg)
+			r.retries(t, tc.name, tc.retry)
 		})
 	}
 	if st := w.status(t); st.Pending != 1 {
@@ -185,10 +199,70 @@ func TestReplicationError(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each waits the 2 s of WAIT
-			w.do(t, tc.method, tc.path, tc.body).isError(t, tc.name, http.StatusServiceUnavailable, client.CodeUnavailable, msg)
+			t.Parallel()
+			r := w.do(t, tc.method, tc.path, tc.body)
+			r.isError(t, tc.name, http.StatusServiceUnavailable, client.CodeUnavailable, msg)
+			r.retries(t, tc.name, true)
 		})
 	}
+	t.Cleanup(func() { // after the parallel subtests
+		if got := w.metric(t, "writeback_replica_shortfalls_total"); got != 2 {
+			t.Errorf("writeback_replica_shortfalls_total = %v; want 2", got)
+		}
+	})
+}
+
+// With Redis unreachable, /readyz answers 503 with a neutral reason for
+// Redis (its error goes to the log) and writeback_redis_up says 0, and a
+// write is a 503 that is safe to retry (no connection could be made, so
+// nothing was buffered); once Redis is back, both recover.
+func TestRedisDown(t *testing.T) {
+	w := newWorld(t, opts{redisPx: true})
+	w.do(t, "GET", "/readyz", "").ok(t, "readyz", nil)
+	if got := w.metric(t, "writeback_redis_up"); got != 1 {
+		t.Errorf("writeback_redis_up = %v with Redis up; want 1", got)
+	}
+	w.rpx.cut()
+	r := w.do(t, "GET", "/readyz", "")
+	var ready map[string]string
+	r.ok(t, "readyz with Redis down", &ready, http.StatusServiceUnavailable)
+	if ready["redis"] != "unavailable; see the sidecar's log" {
+		t.Errorf("readyz with Redis down: %v; want redis unavailable", ready)
+	}
+	for _, leak := range []string{w.rpx.addr, "dial", "refused", "EOF"} {
+		if strings.Contains(string(r.body), leak) {
+			t.Errorf("/readyz quotes %q: %s", leak, r.body)
+		}
+	}
+	if got := w.metric(t, "writeback_redis_up"); got != 0 {
+		t.Errorf("writeback_redis_up = %v with Redis down; want 0", got)
+	}
+	p := w.do(t, "PUT", "/v1/docs/"+w.coll+"/1", `{"n":1}`)
+	p.isError(t, "put with Redis down", http.StatusServiceUnavailable, client.CodeUnavailable, "Redis is unavailable; retry with backoff")
+	p.retries(t, "put with Redis down", true)
+	w.rpx.restore()
+	waitFor(t, 10*time.Second, "writeback_redis_up to be 1 again", func() bool {
+		return w.metric(t, "writeback_redis_up") == 1
+	})
 }
 
 func jsonInto(b []byte, v any) bool { return json.Unmarshal(b, v) == nil }
+
+// A write-through session whose commit is durable in its queue but could
+// not be applied (the store is down) is a 500 buffered, retry false,
+// without Retry-After: committing it again would apply it twice.
+func TestSessionCommittedNotApplied(t *testing.T) {
+	w2 := newWorld(t, opts{proxy: true, sessions: true, edit: func(c *config.Config) {
+		for name, q := range c.Queues {
+			q.Policy = config.PolicyWriteThrough
+			c.Queues[name] = q
+		}
+	}})
+	w2.px.cut()
+	var begun client.SessionStarted
+	w2.do(t, "POST", "/v1/sessions", "").ok(t, "begin", &begun, http.StatusCreated)
+	commit := fmt.Sprintf(`{"queue":"%s/1","statements":[{"sql":"UPDATE %s_acct SET balance = balance + $1 WHERE id = $2","args":[1,1]}]}`, w2.family, w2.coll)
+	r := w2.do(t, "POST", "/v1/sessions/"+begun.Session+"/commit", commit)
+	r.isError(t, "a write-through commit with the store down", http.StatusInternalServerError, client.CodeBuffered, "so do not commit it again")
+	r.retries(t, "a write-through commit with the store down", false)
+}

@@ -52,6 +52,7 @@ type world struct {
 	pg     *sql.DB
 	rdb    *redis.Client
 	px     *proxy // PostgreSQL as the sidecar reaches it, with opts.proxy
+	rpx    *proxy // Redis as the sidecar reaches it, with opts.redisPx
 	hc     *http.Client
 }
 
@@ -60,6 +61,7 @@ type opts struct {
 	token    string
 	sessions bool // configure a queue family and a mapping
 	proxy    bool // reach PostgreSQL through a proxy the test can cut
+	redisPx  bool // reach Redis through a proxy the test can cut (world.rpx)
 	edit     func(*config.Config)
 	before   func(*world) // runs once the tables exist, before the sidecar starts
 }
@@ -118,6 +120,11 @@ func newWorld(t *testing.T, o opts) *world {
 		u.Host = w.px.addr
 		dsn = u.String()
 	}
+	sidecarRedis := redisAddr
+	if o.redisPx {
+		w.rpx = newProxy(t, redisAddr)
+		sidecarRedis = w.rpx.addr
+	}
 	cfg, err := config.Parse("test", []byte(fmt.Sprintf(`listen: 127.0.0.1:0
 listenResp: ""
 auth: {token: %q}
@@ -129,7 +136,7 @@ collections:
   %s: {store: pg, key: id, policy: write-through}
 %s%swriteback: {partitions: 4, workers: 2, pollInterval: 1h, ownerLease: 3h}
 log: {level: error}
-`, o.token, redisAddr, w.prefix, dsn, w.coll, w.wt, queues, maps)))
+`, o.token, sidecarRedis, w.prefix, dsn, w.coll, w.wt, queues, maps)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,8 +181,9 @@ type reply struct {
 	body   []byte
 }
 
-// do sends a request; body may be "" (no body). hdr are header name/value
-// pairs; an Authorization among them replaces the world's token.
+// do sends a request; body may be "" (no body), else it is sent as
+// application/json. hdr are header name/value pairs; an Authorization or
+// Content-Type among them replaces the default.
 func (w *world) do(t *testing.T, method, path, body string, hdr ...string) reply {
 	t.Helper()
 	var rd io.Reader
@@ -188,6 +196,9 @@ func (w *world) do(t *testing.T, method, path, body string, hdr ...string) reply
 	}
 	if w.token != "" {
 		req.Header.Set("Authorization", "Bearer "+w.token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
@@ -243,6 +254,20 @@ func (r reply) isError(t *testing.T, what string, status int, code, msg string) 
 	}
 	if eb.Error.Code != code || !strings.Contains(eb.Error.Message, msg) || strings.Contains(eb.Error.Message, "\n") {
 		t.Errorf("%s: error %q %q; want code %q and one line containing %q", what, eb.Error.Code, eb.Error.Message, code, msg)
+	}
+}
+
+// retries checks that an error answer says whether retrying is safe, in
+// its body ("retry") and its header (Retry-After, only when it is).
+func (r reply) retries(t *testing.T, what string, want bool) {
+	t.Helper()
+	var eb client.ErrorBody
+	if err := json.Unmarshal(r.body, &eb); err != nil {
+		t.Errorf("%s: %v in %s", what, err, r.body)
+		return
+	}
+	if eb.Error.Retry != want || (r.header.Get("Retry-After") != "") != want {
+		t.Errorf("%s: retry %v, Retry-After %q; want retry %v, with Retry-After exactly when true", what, eb.Error.Retry, r.header.Get("Retry-After"), want)
 	}
 }
 

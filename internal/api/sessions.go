@@ -34,9 +34,9 @@ func (h *Handler) RegisterSessions(s Sessions) {
 	h.route("POST /v1/sessions/{id}/{action}", "session", sh.act)
 	h.route("GET /v1/cache/{key...}", "cache", sh.read)
 	h.route("GET /v1/queues", "queues", sh.status)
-	h.route("POST /v1/queues/flush", "flush", sh.flush)
-	h.route("GET /v1/queues/deadletters", "queues", sh.listDead)
-	h.route("POST /v1/queues/deadletters/{action}", "queues", sh.actDead)
+	h.routeAdmin("POST /v1/queues/flush", "flush", sh.flush)
+	h.routeAdmin("GET /v1/queues/deadletters", "queues", sh.listDead)
+	h.routeAdmin("POST /v1/queues/deadletters/{action}", "queues", sh.actDead)
 }
 
 type sessionHandler struct {
@@ -55,7 +55,6 @@ func sessionError(w http.ResponseWriter, err error) error {
 	case errors.As(err, &ie):
 		return apiError(http.StatusBadRequest, "invalid_argument", ie.Msg)
 	case errors.As(err, &ae):
-		w.Header().Set("Retry-After", "1")
 		return apiError(http.StatusConflict, "aborted", ae.Error())
 	case errors.As(err, &qe):
 		return apiError(http.StatusServiceUnavailable, "unavailable", qe.Error())
@@ -140,8 +139,9 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 }
 
 // notApplied answers a write-through commit that is committed in its queue
-// but not applied: 503, and no Retry-After, since committing the session
-// again would apply it twice; the appliers apply it in order.
+// but not applied: 500 buffered, retry false and no Retry-After, since
+// committing the session again would apply it twice; the appliers apply it
+// in order.
 func (sh *sessionHandler) notApplied(r *http.Request, ne *session.NotAppliedError) error {
 	sh.h.log.Warn("a write-through session is committed but not applied", "queue", ne.Queue, "seq", ne.Seq, "session", ne.Session, "err", ne.Err)
 	var qe *session.QueueStoppedError
@@ -154,7 +154,7 @@ func (sh *sessionHandler) notApplied(r *http.Request, ne *session.NotAppliedErro
 	case store.IsPermanent(ne.Err):
 		why = "the store rejected a session (" + document.StoreReason(ne.Err) + ")"
 	}
-	return apiError(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+	return apiError(http.StatusInternalServerError, "buffered", fmt.Sprintf(
 		"the session is committed in queue %s as seq %d but not yet applied to the store, because %s; the appliers will apply it, so do not commit it again", ne.Queue, ne.Seq, why))
 }
 

@@ -126,6 +126,7 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 		},
 		setOwned:    func(n int) { a.m.OwnedPartitions.Set(float64(n)) },
 		setSidecars: func(n int) { a.m.Sidecars.Set(float64(n)) },
+		timeouts:    a.m.BatchTimeouts, shrinks: a.m.BatchShrinks,
 	}, a, log)
 	return a
 }

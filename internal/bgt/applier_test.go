@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 
@@ -224,6 +225,10 @@ func TestRoundsShrinkAfterTimeout(t *testing.T) {
 	if !ok || s.div < 2 || s.failed < 1 {
 		t.Errorf("rounds of document 0's partition: %+v, %v; want them shrunk after a timeout", s, ok)
 	}
+	timeouts, shrinks := testutil.ToFloat64(w.app.m.BatchTimeouts), testutil.ToFloat64(w.app.m.BatchShrinks)
+	if timeouts < 1 || shrinks < 1 || shrinks > timeouts {
+		t.Errorf("writeback_apply_batch_timeouts_total %v, writeback_apply_batch_shrinks_total %v; want at least one of each, and no more shrinks than timeouts", timeouts, shrinks)
+	}
 }
 
 // runUntilApplied runs run (an applier's Run) until pending reports
@@ -268,7 +273,7 @@ func execSQL(ctx context.Context, dsn, q string) error {
 // not to the size that timed out until shrinkMemory has passed; a round of
 // one change of one document cannot shrink further.
 func TestResize(t *testing.T) {
-	a := New(Config{BatchSize: 8, MaxPerDoc: 4}, buffer.New(nil, "resize", 8, time.Second), nil, nil, nil)
+	a := New(Config{BatchSize: 8, MaxPerDoc: 4}, buffer.New(nil, "resize", 8, time.Second), nil, metrics.New(prometheus.NewRegistry()), nil)
 	a.shrunk.resize([]int{3}, 1, true, false)
 	assert.Equal(t, 2, a.shrunk.m[3].div)
 	a.shrunk.resize([]int{3}, 2, true, false)

@@ -118,6 +118,7 @@ func NewQueueApplier(cfg QueueConfig, q *session.Queues, buf *buffer.Buffer, fam
 		size:     func(div int) []any { return []any{"sessions", a.batchSize(div)} },
 		minimal:  func(div int) bool { return a.batchSize(div) == 1 },
 		setOwned: func(n int) { a.m.OwnedPartitions.Set(float64(n)) },
+		timeouts: a.m.BatchTimeouts, shrinks: a.m.BatchShrinks,
 	}, a, log)
 	return a
 }

@@ -214,6 +214,10 @@ func TestQueueShrinksAfterTimeout(t *testing.T) {
 	if !ok || s.div < 2 || s.failed < 1 {
 		t.Errorf("batches of the queue: %+v, %v; want them shrunk after a timeout", s, ok)
 	}
+	timeouts, shrinks := testutil.ToFloat64(w.m.BatchTimeouts), testutil.ToFloat64(w.m.BatchShrinks)
+	if timeouts < 1 || shrinks < 1 || shrinks > timeouts {
+		t.Errorf("writeback_session_apply_batch_timeouts_total %v, writeback_session_apply_batch_shrinks_total %v; want at least one of each, and no more shrinks than timeouts", timeouts, shrinks)
+	}
 }
 
 // A session the store rejects stops its queue at it; ApplyThrough says so.

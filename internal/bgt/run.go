@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // rounds is what an applier does with the partitions it owns (the pending
@@ -69,6 +71,9 @@ type plan struct {
 
 	setOwned    func(n int) // sets the owned partitions gauge
 	setSidecars func(n int) // sets the live sidecars gauge; nil: none
+	// timeouts counts batches that outlived the batch timeout, shrinks
+	// those after which their keys' batches got smaller.
+	timeouts, shrinks prometheus.Counter
 }
 
 // scheduler keeps an applier's fair share of the partitions and runs its
@@ -350,6 +355,10 @@ func (s *scheduler[K]) bounded(ctx context.Context, keys []K, apply func(ctx con
 	next := s.shrunk.resize(keys, div, timedOut, err == nil)
 	s.mu.Unlock()
 	if timedOut {
+		s.plan.timeouts.Inc()
+		if next > div {
+			s.plan.shrinks.Inc()
+		}
 		s.log.Warn(s.plan.timedOut, slices.Concat(attrs, []any{"timeout", s.plan.batchTimeout}, s.plan.size(next))...)
 	}
 	return err

@@ -273,6 +273,34 @@ func TestFlush(t *testing.T) {
 			wantReq:    request{Method: "POST", Path: "/v1/flush", Body: `{"timeout":"1m0s"}`},
 		},
 		{
+			name: "the admin token", status: 200, body: `{"drained":true}`,
+			args:       []string{"--token", "user", "--admin-token", "adm"},
+			wantCode:   ExitOK,
+			wantStdout: "applied 0 changes; 0 pending, 0 dead letters\ndrained\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Auth: "Bearer adm", Body: `{"timeout":"1m0s"}`},
+		},
+		{
+			name: "the admin token from the environment", status: 200, body: `{"drained":true}`,
+			env:        map[string]string{"WRITEBACK_ADMIN_TOKEN": "adm", "WRITEBACK_TOKEN": "user"},
+			wantCode:   ExitOK,
+			wantStdout: "applied 0 changes; 0 pending, 0 dead letters\ndrained\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Auth: "Bearer adm", Body: `{"timeout":"1m0s"}`},
+		},
+		{
+			name: "the sidecar's own admin token", status: 200, body: `{"drained":true}`,
+			env:        map[string]string{"WRITEBACK_AUTH_ADMIN_TOKEN": "adm", "WRITEBACK_AUTH_TOKEN": "user"},
+			wantCode:   ExitOK,
+			wantStdout: "applied 0 changes; 0 pending, 0 dead letters\ndrained\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Auth: "Bearer adm", Body: `{"timeout":"1m0s"}`},
+		},
+		{
+			name: "the normal token where the admin token is needed", status: 403, body: `{"error":{"code":"forbidden","message":"this endpoint needs the admin token"}}`,
+			args:       []string{"--token", "user"},
+			wantCode:   ExitFailure,
+			wantStderr: "writeback: flush: the sidecar at ADDR needs its admin token for this; pass --admin-token or set WRITEBACK_ADMIN_TOKEN\n",
+			wantReq:    request{Method: "POST", Path: "/v1/flush", Auth: "Bearer user", Body: `{"timeout":"1m0s"}`},
+		},
+		{
 			name: "redis down", status: 503, body: `{"error":{"code":"unavailable","message":"redis is unreachable"}}`,
 			wantCode:   ExitFailure,
 			wantStderr: "writeback: flush: the sidecar at ADDR answered 503 unavailable: redis is unreachable\n",
@@ -416,5 +444,34 @@ func TestHumanAge(t *testing.T) {
 		0.0004: "0s", 0.0123456: "12ms", 2.345: "2.3s", 75.6: "1m16s", 7200: "2h0m0s",
 	} {
 		assert.Equal(t, want, humanAge(in), "%v", in)
+	}
+}
+
+// Every command that calls an administrative endpoint sends --admin-token
+// (or WRITEBACK_ADMIN_TOKEN) instead of --token; the others do not take it.
+func TestAdminTokenFlag(t *testing.T) {
+	root := NewCmdRoot(func(string) (string, bool) { return "", false })
+	for _, tc := range []struct {
+		path  []string
+		admin bool
+	}{
+		{[]string{"flush"}, true},
+		{[]string{"deadletters", "list"}, true},
+		{[]string{"deadletters", "replay"}, true},
+		{[]string{"deadletters", "drop"}, true},
+		{[]string{"sessions", "flush"}, true},
+		{[]string{"sessions", "deadletters", "list"}, true},
+		{[]string{"sessions", "deadletters", "replay"}, true},
+		{[]string{"sessions", "deadletters", "drop"}, true},
+		{[]string{"status"}, false},
+		{[]string{"sessions", "status"}, false},
+	} {
+		cmd, _, err := root.Find(tc.path)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.path, err)
+		}
+		if got := cmd.Flags().Lookup(flagAdminToken) != nil; got != tc.admin {
+			t.Errorf("writeback %s: --admin-token present = %v; want %v", strings.Join(tc.path, " "), got, tc.admin)
+		}
 	}
 }

@@ -47,6 +47,7 @@ or drop them for good.`,
 	}
 	list.Flags().IntVar(&opts.limit, "limit", 100, "list at most this many")
 	addClientFlags(list, &opts.addr, &opts.token)
+	addAdminFlag(list)
 	cmd.AddCommand(list)
 	for _, action := range []string{"replay", "drop"} {
 		short := map[string]string{"replay": "Buffer dead letters' changes again, after fixing their cause", "drop": "Remove dead letters for good"}[action]
@@ -70,6 +71,7 @@ or drop them for good.`,
 		c.Flags().Int64Var(&opts.sel.Seq, "seq", 0, "the dead letter's sequence number")
 		c.Flags().BoolVar(&opts.sel.All, "all", false, "every dead letter")
 		addClientFlags(c, &opts.addr, &opts.token)
+		addAdminFlag(c)
 		cmd.AddCommand(c)
 	}
 	return cmd

@@ -49,6 +49,7 @@ wait until nothing is pending or --timeout passes. Exits 0 when drained,
 		},
 	}
 	addClientFlags(cmd, &opts.addr, &opts.token)
+	addAdminFlag(cmd)
 	cmd.Flags().DurationVar(&opts.timeout, "timeout", 60*time.Second, "how long to wait for the pending writes to drain (env WRITEBACK_TIMEOUT)")
 	return cmd
 }
@@ -59,9 +60,20 @@ func addClientFlags(cmd *cobra.Command, addr, token *string) {
 	cmd.Flags().StringVar(token, "token", "", "bearer token of the API (env WRITEBACK_TOKEN, else WRITEBACK_AUTH_TOKEN)")
 }
 
+// addAdminFlag registers --admin-token on a command that calls an
+// administrative endpoint (flush, dead letters), which needs the sidecar's
+// auth.adminToken when one is set.
+func addAdminFlag(cmd *cobra.Command) {
+	cmd.Flags().String(flagAdminToken, "", "admin token of the API, needed when the sidecar sets auth.adminToken; sent instead of --token (env WRITEBACK_ADMIN_TOKEN, else WRITEBACK_AUTH_ADMIN_TOKEN)")
+}
+
+const flagAdminToken = "admin-token"
+
 // completeClient fills the client flags from the environment. The token
 // falls back to WRITEBACK_AUTH_TOKEN, the sidecar's own setting, so that
-// flush and status work unchanged next to it.
+// flush and status work unchanged next to it. A command with --admin-token
+// sends the admin token instead when one is given (or set in the
+// sidecar's WRITEBACK_AUTH_ADMIN_TOKEN).
 func completeClient(cmd *cobra.Command, lookupEnv LookupEnv, token *string) error {
 	if err := applyEnv(cmd.Flags(), lookupEnv); err != nil {
 		return err
@@ -69,6 +81,15 @@ func completeClient(cmd *cobra.Command, lookupEnv LookupEnv, token *string) erro
 	if *token == "" {
 		if v, ok := lookupEnv("WRITEBACK_AUTH_TOKEN"); ok {
 			*token = v
+		}
+	}
+	if f := cmd.Flags().Lookup(flagAdminToken); f != nil {
+		admin := f.Value.String()
+		if admin == "" {
+			admin, _ = lookupEnv("WRITEBACK_AUTH_ADMIN_TOKEN")
+		}
+		if admin != "" {
+			*token = admin
 		}
 	}
 	return nil
@@ -127,6 +148,8 @@ func describe(addr, what string, err error) error {
 	switch {
 	case errors.As(err, &ce) && ce.StatusCode == 401:
 		return fmt.Errorf("%s: the sidecar at %s refused the token (%s); pass --token or set WRITEBACK_TOKEN", what, addr, ce.Message)
+	case errors.As(err, &ce) && ce.StatusCode == 403:
+		return fmt.Errorf("%s: the sidecar at %s needs its admin token for this; pass --admin-token or set WRITEBACK_ADMIN_TOKEN", what, addr)
 	case errors.As(err, &ce):
 		return fmt.Errorf("%s: the sidecar at %s answered %d %s: %s", what, addr, ce.StatusCode, ce.Code, ce.Message)
 	case errors.Is(err, context.DeadlineExceeded):

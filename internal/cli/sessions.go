@@ -68,6 +68,7 @@ replayed (after the cause was fixed) or dropped. Other queues go on.`,
 		},
 	}
 	addClientFlags(flush, &opts.addr, &opts.token)
+	addAdminFlag(flush)
 	flush.Flags().DurationVar(&opts.timeout, "timeout", 60*time.Second, "how long to wait for the queues to drain (env WRITEBACK_TIMEOUT)")
 
 	dead := &cobra.Command{
@@ -82,6 +83,7 @@ replayed (after the cause was fixed) or dropped. Other queues go on.`,
 	}
 	list.Flags().IntVar(&opts.limit, "limit", 100, "list at most this many")
 	addClientFlags(list, &opts.addr, &opts.token)
+	addAdminFlag(list)
 	dead.AddCommand(list)
 	for _, action := range []string{"replay", "drop"} {
 		short := map[string]string{
@@ -102,6 +104,7 @@ replayed (after the cause was fixed) or dropped. Other queues go on.`,
 		c.Flags().StringVar(&opts.sel.Queue, "queue", "", "the stopped queue, e.g. bank/3")
 		c.Flags().BoolVar(&opts.sel.All, "all", false, "every stopped queue")
 		addClientFlags(c, &opts.addr, &opts.token)
+		addAdminFlag(c)
 		dead.AddCommand(c)
 	}
 	cmd.AddCommand(status, flush, dead)

@@ -26,6 +26,8 @@ type Config struct {
 	Mappings    []map[string]any      `yaml:"mappings"` // kept raw for the mappings plugins
 	Writeback   Writeback             `yaml:"writeback"`
 	Limits      Limits                `yaml:"limits"`
+	HTTP        HTTP                  `yaml:"http"`
+	Resp        Resp                  `yaml:"resp"`
 	Log         Log                   `yaml:"log"`
 }
 
@@ -35,21 +37,45 @@ type Auth struct {
 	// "Authorization: Bearer <token>", and by every Redis-protocol
 	// connection with AUTH (or HELLO … AUTH default <token>).
 	Token string `yaml:"token"`
+	// AdminToken, when set, is the only token the administrative
+	// endpoints accept (flush, dead letters, their replay and drop): the
+	// normal Token no longer suffices for them.
+	AdminToken string `yaml:"adminToken"`
+	// AllowUnauthenticated lets listen or listenResp be a non-loopback
+	// address without a token. Without it such a configuration is refused:
+	// anyone who reaches the port could read and write every document.
+	AllowUnauthenticated bool `yaml:"allowUnauthenticated"`
 }
 
 // Redis is how to reach the Redis deployment that holds the cache and the
 // buffered writes.
 type Redis struct {
-	Addrs       []string `yaml:"addrs"`       // host:port of the servers, sentinels or cluster seeds
-	Mode        string   `yaml:"mode"`        // standalone | sentinel | cluster
-	MasterName  string   `yaml:"masterName"`  // the master the sentinels monitor (sentinel mode)
-	Username    string   `yaml:"username"`    // ACL user
-	Password    string   `yaml:"password"`    // prefer WRITEBACK_REDIS_PASSWORD
-	DB          int      `yaml:"db"`          // database number (standalone and sentinel)
-	Replicas    int      `yaml:"replicas"`    // WAIT for this many replicas before acknowledging
-	KeyPrefix   string   `yaml:"keyPrefix"`   // prefix of every key the sidecar writes
-	DialTimeout Duration `yaml:"dialTimeout"` // connect timeout
-	PoolSize    int      `yaml:"poolSize"`    // connections per Redis node
+	Addrs      []string `yaml:"addrs"`      // host:port of the servers, sentinels or cluster seeds
+	Mode       string   `yaml:"mode"`       // standalone | sentinel | cluster
+	MasterName string   `yaml:"masterName"` // the master the sentinels monitor (sentinel mode)
+	Username   string   `yaml:"username"`   // ACL user
+	Password   string   `yaml:"password"`   // prefer WRITEBACK_REDIS_PASSWORD
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves (sentinel mode), which may differ from the data nodes'.
+	SentinelUsername string   `yaml:"sentinelUsername"`
+	SentinelPassword string   `yaml:"sentinelPassword"` // prefer WRITEBACK_REDIS_SENTINEL_PASSWORD
+	TLS              RedisTLS `yaml:"tls"`
+	DB               int      `yaml:"db"`          // database number (standalone and sentinel)
+	Replicas         int      `yaml:"replicas"`    // WAIT for this many replicas before acknowledging
+	KeyPrefix        string   `yaml:"keyPrefix"`   // prefix of every key the sidecar writes
+	DialTimeout      Duration `yaml:"dialTimeout"` // connect timeout
+	PoolSize         int      `yaml:"poolSize"`    // connections per Redis node
+}
+
+// RedisTLS is TLS to every Redis node (and, in sentinel mode, to the
+// sentinels). The files are PEM and are read when the sidecar starts.
+type RedisTLS struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"caFile"`             // CA bundle to verify the servers; default: the system's roots
+	CertFile           string `yaml:"certFile"`           // client certificate, with keyFile, for tls-auth-clients
+	KeyFile            string `yaml:"keyFile"`            // its private key
+	ServerName         string `yaml:"serverName"`         // the name the servers' certificates must carry; default: the address's host
+	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"` // accept any certificate: tests only
 }
 
 // Redis modes.
@@ -135,6 +161,28 @@ type Limits struct {
 	MaxBodyBytes ByteSize `yaml:"maxBodyBytes"`
 }
 
+// HTTP bounds how long the API's server waits for a client, so that slow
+// or idle clients cannot hold connections (and goroutines) for ever.
+type HTTP struct {
+	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout"` // to read a request's headers
+	ReadTimeout       Duration `yaml:"readTimeout"`       // to read a whole request, body included
+	// WriteTimeout bounds a request from the end of its headers to the
+	// end of its answer; a flush extends it to its own timeout.
+	WriteTimeout Duration `yaml:"writeTimeout"`
+	IdleTimeout  Duration `yaml:"idleTimeout"` // a kept-alive connection waiting for its next request
+}
+
+// Resp bounds the Redis-protocol front door's connections.
+type Resp struct {
+	// MaxConnections is the most client connections served at once; one
+	// more is answered "-ERR max number of clients reached" and closed.
+	MaxConnections int `yaml:"maxConnections"`
+	// WriteTimeout is how long a reply may wait for the client to read
+	// it; a client that reads none of its replies for that long is
+	// disconnected.
+	WriteTimeout Duration `yaml:"writeTimeout"`
+}
+
 // Log configures the process's slog logger.
 type Log struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
@@ -168,7 +216,14 @@ func Default() *Config {
 			MaxDeadLetters:    1000,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
-		Log:    Log{Level: "info", Format: "text"},
+		HTTP: HTTP{
+			ReadHeaderTimeout: Duration{10 * time.Second},
+			ReadTimeout:       Duration{time.Minute},
+			WriteTimeout:      Duration{time.Minute},
+			IdleTimeout:       Duration{2 * time.Minute},
+		},
+		Resp: Resp{MaxConnections: 10000, WriteTimeout: Duration{30 * time.Second}},
+		Log:  Log{Level: "info", Format: "text"},
 	}
 }
 

@@ -38,6 +38,21 @@ func stringBinding(name, usage string, field func(*Config) *string) binding {
 	}
 }
 
+func boolBinding(name, usage string, field func(*Config) *bool) binding {
+	return binding{
+		name: name, usage: usage, typ: "bool",
+		apply: func(c *Config, s string) error {
+			b, err := strconv.ParseBool(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", s)
+			}
+			*field(c) = b
+			return nil
+		},
+		show: func(c *Config) string { return strconv.FormatBool(*field(c)) },
+	}
+}
+
 func listBinding(name, usage string, field func(*Config) *[]string) binding {
 	return binding{
 		name: name, usage: usage, typ: "list",
@@ -108,14 +123,26 @@ var bindings = []binding{
 		func(c *Config) *string { return &c.ListenResp }),
 	stringBinding("auth-token", "token every /v1 request (bearer) and Redis-protocol connection (AUTH) must present; empty disables auth",
 		func(c *Config) *string { return &c.Auth.Token }),
+	stringBinding("auth-admin-token", "token the administrative endpoints (flush, dead letters) require instead of auth-token; empty: auth-token suffices",
+		func(c *Config) *string { return &c.Auth.AdminToken }),
+	boolBinding("allow-unauthenticated", "allow a non-loopback listen or listen-resp address without auth-token",
+		func(c *Config) *bool { return &c.Auth.AllowUnauthenticated }),
 	listBinding("redis-addrs", "comma-separated host:port of the Redis servers, sentinels or cluster seeds",
 		func(c *Config) *[]string { return &c.Redis.Addrs }),
 	stringBinding("redis-mode", "standalone, sentinel or cluster",
 		func(c *Config) *string { return &c.Redis.Mode }),
 	stringBinding("redis-master-name", "name of the master the sentinels monitor (sentinel mode)",
 		func(c *Config) *string { return &c.Redis.MasterName }),
+	stringBinding("redis-username", "Redis ACL user",
+		func(c *Config) *string { return &c.Redis.Username }),
 	stringBinding("redis-password", "Redis password (prefer the environment variable)",
 		func(c *Config) *string { return &c.Redis.Password }),
+	stringBinding("redis-sentinel-password", "password of the sentinels themselves (sentinel mode; prefer the environment variable)",
+		func(c *Config) *string { return &c.Redis.SentinelPassword }),
+	boolBinding("redis-tls", "connect to Redis with TLS",
+		func(c *Config) *bool { return &c.Redis.TLS.Enabled }),
+	stringBinding("redis-tls-ca-file", "PEM CA bundle that verifies the Redis servers' certificates",
+		func(c *Config) *string { return &c.Redis.TLS.CAFile }),
 	intBinding("redis-replicas", "replicas every buffered write must reach before it is acknowledged",
 		func(c *Config) *int { return &c.Redis.Replicas }),
 	stringBinding("redis-key-prefix", "prefix of every Redis key the sidecar writes",
@@ -141,7 +168,7 @@ var bindings = []binding{
 }
 
 // secret flags never show a default in --help.
-var secret = map[string]bool{"auth-token": true, "redis-password": true}
+var secret = map[string]bool{"auth-token": true, "auth-admin-token": true, "redis-password": true, "redis-sentinel-password": true}
 
 // BindFlags registers --config and the configuration flags on fs. Load reads
 // back only the flags set on the command line, so a flag never hides the
@@ -156,6 +183,9 @@ func BindFlags(fs *pflag.FlagSet) {
 		}
 		f := fs.VarPF(v, b.name, "", fmt.Sprintf("%s (env %s)", b.usage, b.env()))
 		f.DefValue = v.def
+		if b.typ == "bool" {
+			f.NoOptDefVal = "true" // --allow-unauthenticated alone means true
+		}
 	}
 }
 

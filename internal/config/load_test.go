@@ -67,11 +67,13 @@ func TestLoadFull(t *testing.T) {
 	want := &Config{
 		Listen:     "0.0.0.0:9000",
 		ListenResp: "127.0.0.1:6390",
-		Auth:       Auth{Token: "s3cret"},
+		Auth:       Auth{Token: "s3cret", AdminToken: "adm1n", AllowUnauthenticated: true},
 		Redis: Redis{
 			Addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"}, Mode: "sentinel", MasterName: "mymaster",
 			Username: "app", Password: "pw", DB: 2, Replicas: 1, KeyPrefix: "wb:test",
 			DialTimeout: Duration{5 * time.Second}, PoolSize: 16,
+			SentinelUsername: "sent", SentinelPassword: "spw",
+			TLS: RedisTLS{Enabled: true, CAFile: "/etc/redis/ca.pem", CertFile: "/etc/redis/c.pem", KeyFile: "/etc/redis/k.pem", ServerName: "redis.internal"},
 		},
 		Stores: map[string]Store{
 			"pg":    {Driver: "postgres", DSN: "postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable", MaxConns: 8},
@@ -94,7 +96,10 @@ func TestLoadFull(t *testing.T) {
 			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, InstanceID: "sidecar-a",
 		},
 		Limits: Limits{MaxBodyBytes: 64 << 10},
-		Log:    Log{Level: "debug", Format: "json"},
+		HTTP: HTTP{ReadHeaderTimeout: Duration{5 * time.Second}, ReadTimeout: Duration{30 * time.Second},
+			WriteTimeout: Duration{45 * time.Second}, IdleTimeout: Duration{time.Minute}},
+		Resp: Resp{MaxConnections: 500, WriteTimeout: Duration{5 * time.Second}},
+		Log:  Log{Level: "debug", Format: "json"},
 	}
 	assert.Equal(t, want, got)
 }
@@ -232,14 +237,17 @@ func TestLoadPrecedence(t *testing.T) {
 				"--redis-key-prefix=k", "--partitions=3", "--workers=5", "--batch-size=6",
 				"--lease-lifetime=7ms", "--owner-lease=8s", "--pinned-memory-limit=9MiB",
 				"--instance-id=i", "--log-level=warn", "--log-format=json",
+				"--auth-admin-token=a", "--allow-unauthenticated",
+				"--redis-username=u", "--redis-sentinel-password=sp", "--redis-tls", "--redis-tls-ca-file=ca.pem",
 			},
 			check: func(t *testing.T, c *Config) {
 				assert.Equal(t, ":1", c.Listen)
 				assert.Equal(t, ":2", c.ListenResp)
-				assert.Equal(t, "t", c.Auth.Token)
+				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
-					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Password: "p", Replicas: 2,
+					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Username: "u", Password: "p", Replicas: 2,
 					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
+					SentinelPassword: "sp", TLS: RedisTLS{Enabled: true, CAFile: "ca.pem"},
 				}, c.Redis)
 				assert.Equal(t, Writeback{
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
@@ -259,14 +267,17 @@ func TestLoadPrecedence(t *testing.T) {
 				"WRITEBACK_PARTITIONS": "3", "WRITEBACK_WORKERS": "5", "WRITEBACK_BATCH_SIZE": "6",
 				"WRITEBACK_LEASE_LIFETIME": "7ms", "WRITEBACK_OWNER_LEASE": "8s", "WRITEBACK_PINNED_MEMORY_LIMIT": "9MiB",
 				"WRITEBACK_INSTANCE_ID": "i", "WRITEBACK_LOG_LEVEL": "warn", "WRITEBACK_LOG_FORMAT": "json",
+				"WRITEBACK_AUTH_ADMIN_TOKEN": "a", "WRITEBACK_ALLOW_UNAUTHENTICATED": "true",
+				"WRITEBACK_REDIS_USERNAME": "u", "WRITEBACK_REDIS_SENTINEL_PASSWORD": "sp", "WRITEBACK_REDIS_TLS": "true", "WRITEBACK_REDIS_TLS_CA_FILE": "ca.pem",
 			},
 			check: func(t *testing.T, c *Config) {
 				assert.Equal(t, ":1", c.Listen)
 				assert.Equal(t, ":2", c.ListenResp)
-				assert.Equal(t, "t", c.Auth.Token)
+				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
-					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Password: "p", Replicas: 2,
+					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Username: "u", Password: "p", Replicas: 2,
 					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
+					SentinelPassword: "sp", TLS: RedisTLS{Enabled: true, CAFile: "ca.pem"},
 				}, c.Redis)
 				assert.Equal(t, Writeback{
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
@@ -326,7 +337,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:    "unknown key",
 			path:    "testdata/unknown_key.yaml",
-			wantErr: "testdata/unknown_key.yaml:3: redis.mastername is not a known key; remove it or fix its spelling (redis takes: addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, username)",
+			wantErr: "testdata/unknown_key.yaml:3: redis.mastername is not a known key; remove it or fix its spelling (redis takes: addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, tls, username)",
 		},
 		{
 			name:    "unknown key in a collection",
@@ -386,8 +397,8 @@ func TestLoadStructuralErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, wantErr string
 	}{
-		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, limits, listen, listenResp, log, mappings, queues, redis, stores, writeback)"},
-		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, username)"},
+		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
+		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, tls, username)"},
 		{"scalar where a list belongs", "redis: {addrs: 127.0.0.1:6379}\n", "f.yaml:1: redis.addrs: want a list such as [a, b]"},
 		{"mapping where a value belongs", "listen: {a: b}\n", "f.yaml:1: listen: want a single value, not a list or a mapping"},
 		{"bool", "redis: {replicas: yes}\n", `f.yaml:1: redis.replicas: "yes" is not a whole number`},

@@ -44,6 +44,7 @@ func (c *Config) Validate() error {
 	var v validator
 	v.address("listen", c.Listen, false)
 	v.address("listenResp", c.ListenResp, true)
+	c.validateAuth(&v)
 	c.validateRedis(&v)
 	c.validateStores(&v)
 	c.validateCollections(&v)
@@ -53,9 +54,46 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxBodyBytes <= 0 {
 		v.addf("limits.maxBodyBytes: %d is not positive; use a size such as 1MiB", c.Limits.MaxBodyBytes)
 	}
+	c.validateHTTP(&v)
+	if c.Resp.MaxConnections < 1 {
+		v.addf("resp.maxConnections: %d is too small; use at least 1 (the default is 10000)", c.Resp.MaxConnections)
+	}
+	v.positive("resp.writeTimeout", c.Resp.WriteTimeout, "30s")
 	v.oneOf("log.level", c.Log.Level, "log level", logLevels)
 	v.oneOf("log.format", c.Log.Format, "log format", logFormats)
 	return errors.Join(v.errs...)
+}
+
+// validateAuth refuses to expose the front doors beyond this host without
+// a token, unless the operator said so (auth.allowUnauthenticated).
+func (c *Config) validateAuth(v *validator) {
+	a := c.Auth
+	if a.Token != "" || a.AllowUnauthenticated {
+		return
+	}
+	for _, l := range []struct{ field, addr, flag string }{{"listen", c.Listen, "--listen"}, {"listenResp", c.ListenResp, "--listen-resp"}} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			continue // reported by address
+		}
+		if !Loopback(l.addr) {
+			v.addf("%s: %q is reachable from other hosts and auth.token is empty, so anyone could read and write every document; set auth.token (WRITEBACK_AUTH_TOKEN), listen on 127.0.0.1 (%s), or set auth.allowUnauthenticated: true (--allow-unauthenticated) to accept the risk", l.field, l.addr, l.flag)
+		}
+	}
+}
+
+// Loopback reports whether the host:port address addr listens on the
+// loopback interface only: localhost or a loopback IP. An empty host, a
+// wildcard or any other name is reachable from other hosts.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *Config) validateRedis(v *validator) {
@@ -82,9 +120,28 @@ func (c *Config) validateRedis(v *validator) {
 	if strings.ContainsAny(r.KeyPrefix, "{} \t\r\n") {
 		v.addf("redis.keyPrefix: %q contains braces or spaces, which break the keys' hash tags; use letters, digits, ':' or '_' only", r.KeyPrefix)
 	}
+	if r.Mode != ModeSentinel && (r.SentinelUsername != "" || r.SentinelPassword != "") {
+		v.addf("redis.sentinelPassword: sentinelUsername and sentinelPassword authenticate to sentinels, and redis.mode is %q; remove them or set mode: sentinel", r.Mode)
+	}
+	validateRedisTLS(v, r.TLS)
 	v.positive("redis.dialTimeout", r.DialTimeout, "2s")
 	if r.PoolSize < 1 {
 		v.addf("redis.poolSize: %d is too small; use at least 1 (the default is 64)", r.PoolSize)
+	}
+}
+
+func validateRedisTLS(v *validator, t RedisTLS) {
+	if !t.Enabled {
+		if t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify {
+			v.addf("redis.tls.enabled: TLS settings are given but TLS is off; set redis.tls.enabled: true, or remove them")
+		}
+		return
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		v.addf("redis.tls.certFile: a client certificate needs both certFile and keyFile; set both, or neither")
+	}
+	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+		v.addf("redis.tls.insecureSkipVerify: it skips the verification that caFile and serverName configure; remove one or the other")
 	}
 }
 
@@ -238,6 +295,20 @@ func (c *Config) validateWriteback(v *validator) {
 	}
 	if strings.ContainsAny(w.InstanceID, "{} \t\r\n") {
 		v.addf("writeback.instanceID: %q contains braces or spaces; use letters, digits, '-', '.' or '_'", w.InstanceID)
+	}
+}
+
+// MinWriteTimeout is the shortest http.writeTimeout: every request but a
+// flush may take 30 s (api.RequestTimeout), and its answer must still go out.
+const MinWriteTimeout = 30 * time.Second
+
+func (c *Config) validateHTTP(v *validator) {
+	h := c.HTTP
+	v.positive("http.readHeaderTimeout", h.ReadHeaderTimeout, "10s")
+	v.positive("http.readTimeout", h.ReadTimeout, "1m")
+	v.positive("http.idleTimeout", h.IdleTimeout, "2m")
+	if h.WriteTimeout.Duration < MinWriteTimeout {
+		v.addf("http.writeTimeout: %s is shorter than the 30s a request may take, so answers would be cut off; use at least 30s (the default is 1m)", h.WriteTimeout)
 	}
 }
 

@@ -34,9 +34,14 @@ func TestValidateOK(t *testing.T) {
 	}{
 		{"as built", func(c *Config) {}},
 		{"no listenResp", func(c *Config) { c.ListenResp = "" }},
-		{"IPv6 and port 0", func(c *Config) { c.Listen = "[::1]:0"; c.ListenResp = ":6380" }},
+		{"IPv6 and port 0", func(c *Config) { c.Listen = "[::1]:0"; c.ListenResp = ":6380"; c.Auth.Token = "t" }},
 		{"sentinel with a master", func(c *Config) { c.Redis.Mode = ModeSentinel; c.Redis.MasterName = "m" }},
 		{"cluster", func(c *Config) { c.Redis.Mode = ModeCluster }},
+		{"sentinel with its own password and TLS", func(c *Config) {
+			c.Redis.Mode, c.Redis.MasterName, c.Redis.SentinelUsername, c.Redis.SentinelPassword = ModeSentinel, "m", "su", "sp"
+			c.Redis.TLS = RedisTLS{Enabled: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", ServerName: "redis"}
+		}},
+		{"TLS without verification", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, InsecureSkipVerify: true} }},
 		{"bounds", func(c *Config) {
 			c.Writeback.Partitions, c.Writeback.BatchSize, c.Writeback.MaxRetries = 16384, 10000, 0
 		}},
@@ -72,6 +77,24 @@ func TestValidate(t *testing.T) {
 			`listen: "localhost:http" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
 		{"listen port too big", func(c *Config) { c.Listen = "localhost:65536" },
 			`listen: "localhost:65536" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"http write timeout too short", func(c *Config) { c.HTTP.WriteTimeout = Duration{10 * time.Second} },
+			"http.writeTimeout: 10s is shorter than the 30s a request may take, so answers would be cut off; use at least 30s (the default is 1m)"},
+		{"http read header timeout", func(c *Config) { c.HTTP.ReadHeaderTimeout = Duration{} },
+			"http.readHeaderTimeout: 0s is not positive; use a duration such as 10s"},
+		{"http idle timeout", func(c *Config) { c.HTTP.IdleTimeout = Duration{-time.Second} },
+			"http.idleTimeout: -1s is not positive; use a duration such as 2m"},
+		{"resp max connections", func(c *Config) { c.Resp.MaxConnections = 0 },
+			"resp.maxConnections: 0 is too small; use at least 1 (the default is 10000)"},
+		{"resp write timeout", func(c *Config) { c.Resp.WriteTimeout = Duration{} },
+			"resp.writeTimeout: 0s is not positive; use a duration such as 30s"},
+		{"sentinel password outside sentinel mode", func(c *Config) { c.Redis.SentinelPassword = "x" },
+			`redis.sentinelPassword: sentinelUsername and sentinelPassword authenticate to sentinels, and redis.mode is "standalone"; remove them or set mode: sentinel`},
+		{"TLS settings with TLS off", func(c *Config) { c.Redis.TLS.CAFile = "ca.pem" },
+			"redis.tls.enabled: TLS settings are given but TLS is off; set redis.tls.enabled: true, or remove them"},
+		{"a client certificate without its key", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, CertFile: "c.pem"} },
+			"redis.tls.certFile: a client certificate needs both certFile and keyFile; set both, or neither"},
+		{"insecure and verified", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, InsecureSkipVerify: true, CAFile: "ca.pem"} },
+			"redis.tls.insecureSkipVerify: it skips the verification that caFile and serverName configure; remove one or the other"},
 		{"listenResp", func(c *Config) { c.ListenResp = "6380" },
 			`listenResp: "6380" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
 		{"redis addrs empty", func(c *Config) { c.Redis.Addrs = nil },
@@ -251,4 +274,42 @@ func TestValidateFromFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualError(t, c.Validate(),
 		`collections.usertable.store: "pgx" is not a configured store; add it under stores or use one of: maria, pg`)
+}
+
+// A front door reachable from other hosts needs a token, or the
+// operator's explicit consent (auth.allowUnauthenticated).
+func TestValidateExposure(t *testing.T) {
+	tests := []struct {
+		name       string
+		listen     string
+		listenResp string
+		token      string
+		allow      bool
+		wantErr    string // "" means valid
+	}{
+		{"loopback IPv4", "127.0.0.1:8480", "127.0.0.2:6380", "", false, ""},
+		{"loopback IPv6 and localhost", "[::1]:8480", "localhost:6380", "", false, ""},
+		{"RESP disabled", "127.0.0.1:8480", "", "", false, ""},
+		{"wildcard with a token", ":8480", "0.0.0.0:6380", "t", false, ""},
+		{"wildcard allowed explicitly", ":8480", "[::]:6380", "", true, ""},
+		{"empty host", ":8480", "", "", false,
+			`listen: ":8480" is reachable from other hosts and auth.token is empty, so anyone could read and write every document; set auth.token (WRITEBACK_AUTH_TOKEN), listen on 127.0.0.1 (--listen), or set auth.allowUnauthenticated: true (--allow-unauthenticated) to accept the risk`},
+		{"pod IP on the Redis port", "127.0.0.1:8480", "10.1.2.3:6380", "", false,
+			`listenResp: "10.1.2.3:6380" is reachable from other hosts and auth.token is empty, so anyone could read and write every document; set auth.token (WRITEBACK_AUTH_TOKEN), listen on 127.0.0.1 (--listen-resp), or set auth.allowUnauthenticated: true (--allow-unauthenticated) to accept the risk`},
+		{"a host name", "sidecar.local:8480", "", "", false, `listen: "sidecar.local:8480" is reachable from other hosts`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			c.Listen, c.ListenResp, c.Auth.Token, c.Auth.AllowUnauthenticated = tc.listen, tc.listenResp, tc.token, tc.allow
+			err := c.Validate()
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.NotContains(t, err.Error(), "\n", "one sentence")
+		})
+	}
 }

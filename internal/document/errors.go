@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/rscript"
@@ -37,17 +40,38 @@ type StoreError struct {
 func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
 
+// Retry says whether a client may send a failed request again: what the
+// failure left behind. The front doors render it in their own words (HTTP:
+// the status, code, Retry-After and "retry"; RESP: the error's prefix).
+type Retry int
+
+const (
+	// RetryNever: the request is wrong as sent (4xx); sending it again
+	// fails again. Nothing was buffered.
+	RetryNever Retry = iota
+	// RetrySafe: nothing was buffered or applied; retry with backoff
+	// (HTTP 409 or 503 with Retry-After, RESP TRYAGAIN).
+	RetrySafe
+	// RetryBuffered: the change is buffered (or the session committed)
+	// and will be applied; retrying would apply it twice (HTTP 500
+	// buffered, RESP BUFFERED).
+	RetryBuffered
+	// RetryUncertain: the change may or may not have been buffered or
+	// applied; read before writing again (HTTP 500 uncertain, RESP
+	// UNCERTAIN).
+	RetryUncertain
+)
+
 // Failure is how a front door answers an error: the HTTP status and code of
 // the error model (docs/api.md), and one sentence that quotes no stored
-// data. The HTTP API and the Redis-protocol port both render it, so that a
-// client of either can tell the same things from it, retry-safety first.
+// data and no driver message. The HTTP API and the Redis-protocol port both
+// render it, so that a client of either can tell the same things from it,
+// retry-safety first.
 type Failure struct {
-	Status int    // 400, 404, 409 or 503
-	Code   string // invalid_argument, not_found, aborted, unavailable
+	Status int    // 400, 404, 409, 500 or 503
+	Code   string // invalid_argument, not_found, aborted, unavailable, buffered, uncertain
 	Msg    string
-	// Conflict: the write lost a race and nothing was buffered; retry it
-	// with backoff (HTTP adds Retry-After, RESP answers TRYAGAIN).
-	Conflict bool
+	Retry  Retry
 	// Log, when not empty, is what the front door should log at warning
 	// level (Internal: error level) with the underlying error: the client
 	// sees only Msg.
@@ -71,28 +95,61 @@ func Classify(err error) Failure {
 	case errors.Is(err, ErrNotFound):
 		return Failure{Status: 404, Code: "not_found", Msg: "document not found"}
 	case errors.Is(err, ErrConflict):
-		return Failure{Status: 409, Code: "aborted", Msg: "too many concurrent writes to the document; retry with backoff", Conflict: true}
+		return Failure{Status: 409, Code: "aborted", Msg: "too many concurrent writes to the document; retry with backoff", Retry: RetrySafe}
 	case errors.Is(err, ErrOverflow):
 		return Failure{Status: 400, Code: "invalid_argument", Msg: "increment or decrement would overflow"}
 	case errors.As(err, &se) && store.IsPermanent(se.Err) && se.Read:
-		return Failure{Status: 503, Code: "unavailable", Msg: "the store could not be read (" + StoreReason(se.Err) + ")", Log: "store read failed", Internal: true}
+		return Failure{Status: 503, Code: "unavailable", Msg: "the store could not be read (" + StoreReason(se.Err) + ")", Log: "store read failed", Internal: true, Retry: RetrySafe}
 	case errors.As(err, &se) && store.IsPermanent(se.Err):
 		return Failure{Status: 400, Code: "invalid_argument", Msg: "the store rejected the change (" + StoreReason(se.Err) + ")", Log: "the store rejected a change"}
 	case errors.As(err, &se) && se.Buffered > 0:
-		return Failure{Status: 503, Code: "unavailable", Log: "store unavailable for a synchronous write",
+		return Failure{Status: 500, Code: "buffered", Log: "store unavailable for a synchronous write", Retry: RetryBuffered,
 			Msg: fmt.Sprintf("the store is unavailable, but the change is buffered as seq %d and will be applied when it recovers, so do not retry it", se.Buffered)}
 	case errors.As(err, &se):
-		return Failure{Status: 503, Code: "unavailable", Msg: "the store is unavailable; retry with backoff", Log: "store unavailable"}
+		return Failure{Status: 503, Code: "unavailable", Msg: "the store is unavailable; retry with backoff", Log: "store unavailable", Retry: RetrySafe}
 	case errors.As(err, &sf):
-		return Failure{Status: 503, Code: "unavailable",
+		return Failure{Status: 503, Code: "unavailable", Retry: RetrySafe,
 			Msg: fmt.Sprintf("only %d of the %d required Redis replicas are in sync, so nothing was buffered; retry with backoff", sf.InSync, sf.Want)}
 	case errors.As(err, &re):
-		return Failure{Status: 503, Code: "unavailable",
-			Msg: fmt.Sprintf("the write reached only %d of the %d required Redis replicas in time, so it is not acknowledged (it may still be applied)", re.Got, re.Want)}
+		return Failure{Status: 500, Code: "uncertain", Log: "a write reached too few Redis replicas", Retry: RetryUncertain,
+			Msg: fmt.Sprintf("the write reached only %d of the %d required Redis replicas in time, so it is not acknowledged (it may still be applied); read before writing again", re.Got, re.Want)}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return Failure{Status: 503, Code: "unavailable", Msg: "the request timed out or was cancelled"}
+		return Failure{Status: 500, Code: "uncertain", Retry: RetryUncertain,
+			Msg: "the request timed out or was cancelled, so a write may or may not have been applied; read before writing again"}
+	case notSent(err):
+		return Failure{Status: 503, Code: "unavailable", Msg: "Redis is unavailable; retry with backoff", Log: "Redis unavailable", Retry: RetrySafe}
 	}
-	return Failure{Status: 503, Code: "unavailable", Msg: "the cache or store is unavailable: " + OneLine(err.Error()), Log: "request failed", Internal: true}
+	return Failure{Status: 500, Code: "uncertain", Log: "request failed", Internal: true, Retry: RetryUncertain,
+		Msg: "the cache failed midway, so a write may or may not have been applied; read before writing again (the sidecar's log has the cause)"}
+}
+
+// safeReplies are the Redis error replies of a command that did not run
+// (out of memory, loading, a replica, a busy script …): a write answered
+// with one changed nothing.
+var safeReplies = []string{"OOM ", "LOADING ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "BUSY ", "NOSCRIPT ", "NOREPLICAS "}
+
+// notSent reports whether err proves that Redis did not run the command:
+// it could not be sent (no connection could be made or taken from the
+// pool), or Redis refused it before running it.
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	// go-redis does not export its pool's timeout error.
+	if errors.Is(err, redis.ErrClosed) || strings.Contains(err.Error(), "redis: connection pool timeout") {
+		return true
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		for _, p := range safeReplies {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // StoreReason is a short, data-free description of a store's rejection:

@@ -73,6 +73,14 @@ type Metrics struct {
 	ConvertedWrites   prometheus.Counter     // converted_writes_total
 	LeaseConflicts    *prometheus.CounterVec // lease_conflicts_total{kind}
 	StoreUp           *prometheus.GaugeVec   // store_up{store}
+	// BatchTimeouts counts apply rounds that outlived the batch timeout;
+	// BatchShrinks those after which the partition's rounds got smaller.
+	BatchTimeouts prometheus.Counter // apply_batch_timeouts_total
+	BatchShrinks  prometheus.Counter // apply_batch_shrinks_total
+
+	// Redis.
+	RedisUp             prometheus.Gauge   // redis_up
+	ReplicationFailures prometheus.Counter // redis_replication_failures_total
 
 	// Overload.
 	WriteThroughFallback *prometheus.GaugeVec // write_through_fallback{collection}
@@ -219,6 +227,23 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "store_up",
 			Help: "1 when the store answered its last check, 0 when it did not.",
 		}, []string{"store"}),
+
+		BatchTimeouts: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "apply_batch_timeouts_total",
+			Help: "Apply rounds that outlived the batch timeout (and were retried).",
+		}),
+		BatchShrinks: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "apply_batch_shrinks_total",
+			Help: "Times a partition's apply rounds were halved after one outlived the batch timeout.",
+		}),
+		RedisUp: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "redis_up",
+			Help: "1 when Redis answered the sidecar's last check, 0 when it did not.",
+		}),
+		ReplicationFailures: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "redis_replication_failures_total",
+			Help: "Writes answered as not acknowledged because fewer than redis.replicas replicas confirmed them in time.",
+		}),
 
 		WriteThroughFallback: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "write_through_fallback",

@@ -31,6 +31,8 @@ type Sessions struct {
 	OwnedPartitions   prometheus.Gauge       // owned_queue_partitions
 	AppliedRecords    *prometheus.GaugeVec   // applied_sessions_records{store}
 	Compacted         prometheus.Counter     // applied_sessions_compacted_total
+	BatchTimeouts     prometheus.Counter     // session_apply_batch_timeouts_total
+	BatchShrinks      prometheus.Counter     // session_apply_batch_shrinks_total
 }
 
 // Label values of Sessions.Aborts' reason.
@@ -127,6 +129,14 @@ func NewSessions(reg prometheus.Registerer) *Sessions {
 		Compacted: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "applied_sessions_compacted_total",
 			Help: "Rows of writeback_applied_sessions deleted by compaction.",
+		}),
+		BatchTimeouts: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "session_apply_batch_timeouts_total",
+			Help: "Batches of sessions that outlived the batch timeout (and were retried).",
+		}),
+		BatchShrinks: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "session_apply_batch_shrinks_total",
+			Help: "Times a queue's batches were halved after one outlived the batch timeout.",
 		}),
 	}
 	s.ApplyErrors.WithLabelValues(ErrorTransient)

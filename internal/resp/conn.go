@@ -441,9 +441,13 @@ func (c *conn) writeLoop() {
 			return
 		}
 		pending = false
+		if d := c.s.opt.WriteTimeout; d > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(d))
+		}
 		if err := w.Flush(); err != nil {
-			// The client is gone: stop the commands still running and
-			// the reader; the queue still drains.
+			// The client is gone, or does not read its replies
+			// (Options.WriteTimeout): stop the commands still running
+			// and the reader; the queue still drains.
 			broken = true
 			c.cancel()
 			c.nc.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/writeback/writeback/internal/document"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // Replies are encoded with redcon's Append functions, which speak RESP2;
@@ -110,22 +111,38 @@ func errUnknownSubcommand(sub []byte, cmd string) *respError {
 }
 
 // toRESP renders an error of the document service as document.Classify
-// says, as Redis words errors: TRYAGAIN for a conflict (nothing was
-// buffered: a client may retry), ERR otherwise.
+// says, with a prefix that tells the client whether retrying is safe, as
+// Redis's TRYAGAIN does: TRYAGAIN when nothing was buffered (go-redis and
+// other clients retry it by themselves), BUFFERED when the change is
+// buffered and will be applied, UNCERTAIN when it may have been applied
+// (neither may be retried blindly), ERR when the command is wrong as sent.
+// The message is Classify's sentence: never the driver's error, which is
+// logged.
 func (s *Server) toRESP(err error) *respError {
 	var re *respError
 	if errors.As(err, &re) {
 		return re
 	}
 	f := document.Classify(err)
+	if re := (*rscript.ReplicationError)(nil); errors.As(err, &re) {
+		s.m.ReplicationFailures.Inc()
+	}
 	switch {
 	case f.Internal:
 		s.log.Error("command failed", "err", err)
 	case f.Log != "":
 		s.log.Warn(f.Log, "err", err)
 	}
-	if f.Conflict {
+	if errors.Is(err, document.ErrConflict) {
 		return errConflict
 	}
-	return &respError{msg: "ERR " + f.Msg, code: f.Status}
+	return &respError{msg: retryPrefix[f.Retry] + " " + f.Msg, code: f.Status}
+}
+
+// retryPrefix is the error prefix of each document.Retry.
+var retryPrefix = map[document.Retry]string{
+	document.RetryNever:     "ERR",
+	document.RetrySafe:      "TRYAGAIN",
+	document.RetryBuffered:  "BUFFERED",
+	document.RetryUncertain: "UNCERTAIN",
 }

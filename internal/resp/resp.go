@@ -14,6 +14,7 @@ package resp
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -39,8 +40,16 @@ type Options struct {
 	// MaxCommandBytes bounds the total size of one command's arguments
 	// (limits.maxBodyBytes); 0 means Redis's own limits only.
 	MaxCommandBytes int64
-	Version         string // writeback's version, reported by INFO
-	InstanceID      string // this sidecar's name, reported by INFO
+	// MaxConnections bounds the connections served at once (0: no
+	// bound); one more is told "-ERR max number of clients reached" and
+	// closed, as Redis does past maxclients.
+	MaxConnections int
+	// WriteTimeout bounds how long a write of replies may block on a
+	// client that does not read them (0: for ever); past it the
+	// connection is closed.
+	WriteTimeout time.Duration
+	Version      string // writeback's version, reported by INFO
+	InstanceID   string // this sidecar's name, reported by INFO
 }
 
 // Server serves the Redis protocol on the listeners given to Serve.
@@ -139,6 +148,11 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			return ErrServerClosed
 		}
+		if s.opt.MaxConnections > 0 && len(s.clients) >= s.opt.MaxConnections {
+			s.mu.Unlock()
+			go refuse(nc)
+			continue
+		}
 		c := newConn(s, nc)
 		s.clients[c] = struct{}{}
 		s.conns.Add(1)
@@ -183,6 +197,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// errMaxClients is Redis's answer past maxclients.
+const errMaxClients = "-ERR max number of clients reached\r\n"
+
+// refuse answers a connection over MaxConnections and closes it, without
+// reading from it; the write is bounded so that a client that does not
+// read cannot hold the goroutine.
+//
+// It half-closes and reads what the client sent, for at most a second,
+// before closing: closing with unread input would reset the connection,
+// and a reset can destroy the answer before the client reads it.
+func refuse(nc net.Conn) {
+	defer nc.Close()
+	deadline := time.Now().Add(time.Second)
+	_ = nc.SetDeadline(deadline)
+	if _, err := nc.Write([]byte(errMaxClients)); err != nil {
+		return
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(nc, 64<<10))
+}
+
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.clients, c)
@@ -212,7 +249,7 @@ func codeLabel(code int) string {
 }
 
 func init() {
-	for _, c := range []int{200, 400, 401, 404, 409, 413, 503} {
+	for _, c := range []int{200, 400, 401, 404, 409, 413, 500, 503} {
 		statusLabels[c] = strconv.Itoa(c)
 	}
 }

@@ -63,6 +63,7 @@ func TestGracefulShutdown(t *testing.T) {
 	answered := make(chan answer, 1)
 	go func() {
 		req, _ := http.NewRequest("PUT", r.url+"/v1/docs/"+f.table+"_wt/1", strings.NewReader(`{"n":2,"s":"two"}`))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			answered <- answer{err: err}

@@ -7,11 +7,14 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -73,11 +76,13 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	}()
 	s.guard = newGuard()
 	s.inSync = rscript.NewInSync()
-	s.rdb = newRedis(cfg.Redis, s.guard.onConnect)
+	if s.rdb, err = newRedis(cfg.Redis, s.guard.onConnect); err != nil {
+		return nil, err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("cannot reach Redis (%s mode, %s): %v; start it or fix redis.addrs", cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ","), err)
+		return nil, redisRefused(pctx, cfg.Redis, err)
 	}
 	warn, err := buffer.CheckEvictionPolicy(pctx, s.rdb)
 	if err != nil {
@@ -155,6 +160,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	}
 	h := api.New(api.Options{
 		Token:        cfg.Auth.Token,
+		AdminToken:   cfg.Auth.AdminToken,
 		MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		Version:      Version,
 		InstanceID:   wb.InstanceID,
@@ -162,7 +168,14 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		Warnings:     s.currentWarnings,
 	}, s.svc, s.app, s.buf, s.m, reg, log)
 	s.sess.register(h)
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	s.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Duration,
+		ReadTimeout:       cfg.HTTP.ReadTimeout.Duration,
+		WriteTimeout:      cfg.HTTP.WriteTimeout.Duration,
+		IdleTimeout:       cfg.HTTP.IdleTimeout.Duration,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %v; choose a free address with --listen", cfg.Listen, err)
@@ -171,6 +184,8 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		s.resp = resp.New(resp.Options{
 			Token:           cfg.Auth.Token,
 			MaxCommandBytes: int64(cfg.Limits.MaxBodyBytes),
+			MaxConnections:  cfg.Resp.MaxConnections,
+			WriteTimeout:    cfg.Resp.WriteTimeout.Duration,
 			Version:         Version,
 			InstanceID:      wb.InstanceID,
 		}, s.svc, s.buf, s.app, s.m, log)
@@ -192,27 +207,97 @@ const replicaTimeout = 2 * time.Second
 // newRedis returns the client for the configured mode: one server, a
 // Sentinel-managed primary (failover is Redis's own; the client follows the
 // new primary), or a Redis Cluster (every script's keys share a hash tag).
-func newRedis(c config.Redis, onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
+// Every mode gets the ACL user, password and TLS; sentinel mode also the
+// sentinels' own user and password.
+func newRedis(c config.Redis, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, error) {
+	tc, err := redisTLS(c.TLS)
+	if err != nil {
+		return nil, err
+	}
 	switch c.Mode {
 	case config.ModeSentinel:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.MasterName, SentinelAddrs: c.Addrs,
-			Username: c.Username, Password: c.Password, DB: c.DB,
+			SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword,
+			Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: tc,
 			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
 			OnConnect: onConnect,
-		})
+		}), nil
 	case config.ModeCluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
+			Addrs: c.Addrs, Username: c.Username, Password: c.Password, TLSConfig: tc,
 			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
 			OnConnect: onConnect,
-		})
+		}), nil
 	}
 	return redis.NewClient(&redis.Options{
-		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB,
+		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: tc,
 		DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
 		OnConnect: onConnect,
-	})
+	}), nil
+}
+
+// redisTLS builds the TLS configuration of redis.tls; nil when TLS is off.
+func redisTLS(t config.RedisTLS) (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // insecureSkipVerify is the operator's explicit choice
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.caFile: %v; give the path of a PEM CA bundle", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.caFile: %s holds no PEM certificate; give a PEM CA bundle", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.certFile: the client certificate and key cannot be loaded (%v); give PEM files of one key pair", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// redisRefused explains a failed first ping: refused credentials, or
+// Redis not reachable. In sentinel mode go-redis reports only that no
+// sentinel answered, so it asks the sentinels itself for their reason.
+func redisRefused(ctx context.Context, c config.Redis, err error) error {
+	msg := err.Error()
+	if c.Mode == config.ModeSentinel {
+		tc, _ := redisTLS(c.TLS) // it loaded once already
+		for _, addr := range c.Addrs {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: c.SentinelUsername, Password: c.SentinelPassword,
+				TLSConfig: tc, DialTimeout: c.DialTimeout.Duration, MaxRetries: -1})
+			serr := sc.Ping(ctx).Err()
+			_ = sc.Close()
+			if serr != nil {
+				msg = "sentinel " + addr + ": " + serr.Error()
+				break
+			}
+		}
+	}
+	for _, auth := range []string{"WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "NOPERM"} {
+		if strings.Contains(msg, auth) {
+			fix := "redis.username and redis.password (WRITEBACK_REDIS_PASSWORD)"
+			if c.Mode == config.ModeSentinel {
+				fix += ", or the sentinels' redis.sentinelUsername and redis.sentinelPassword"
+			}
+			return fmt.Errorf("Redis (%s mode, %s) refused the sidecar's credentials (%s); fix %s", c.Mode, strings.Join(c.Addrs, ","), document.OneLine(msg), fix)
+		}
+	}
+	hint := "start it or fix redis.addrs"
+	if c.TLS.Enabled {
+		hint += " and redis.tls"
+	} else if strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset") {
+		hint += ", or set redis.tls.enabled if it only speaks TLS"
+	}
+	return fmt.Errorf("cannot reach Redis (%s mode, %s): %s; %s", c.Mode, strings.Join(c.Addrs, ","), document.OneLine(msg), hint)
 }
 
 func (s *Server) warn(msg string) {
@@ -350,6 +435,12 @@ func (s *Server) watch(ctx context.Context) {
 
 		}
 		st, err := s.buf.Stats(ctx)
+		switch {
+		case err == nil:
+			s.m.RedisUp.Set(1)
+		case ctx.Err() == nil:
+			s.m.RedisUp.Set(0)
+		}
 		if err == nil {
 			s.m.PendingChanges.Set(float64(st.PendingChanges))
 			s.m.PendingDocuments.Set(float64(st.PendingDocuments))

@@ -71,6 +71,8 @@ type Error struct {
 	Message    string // from the error body; the status text when the body has none
 	// RetryAfter is the server's Retry-After (409 aborted, 503), 0 if none.
 	RetryAfter time.Duration
+	// Retry is the body's "retry": sending the request again is safe.
+	Retry bool
 }
 
 func (e *Error) Error() string {
@@ -90,6 +92,15 @@ func IsAborted(err error) bool { return hasCode(err, CodeAborted, http.StatusCon
 // IsUnavailable reports whether err is a 503 unavailable answer.
 func IsUnavailable(err error) bool {
 	return hasCode(err, CodeUnavailable, http.StatusServiceUnavailable)
+}
+
+// IsRetrySafe reports whether sending the failed request again is safe:
+// the answer said nothing was buffered or applied ("retry": true; 409
+// aborted, 503 unavailable). A 500 buffered or uncertain is not: the
+// change will be, or may have been, applied.
+func IsRetrySafe(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Retry
 }
 
 func hasCode(err error, code string, status int) bool {
@@ -353,7 +364,7 @@ func newError(resp *http.Response, data []byte) *Error {
 	e := &Error{StatusCode: resp.StatusCode}
 	var eb ErrorBody
 	if json.Unmarshal(data, &eb) == nil {
-		e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		e.Code, e.Message, e.Retry = eb.Error.Code, eb.Error.Message, eb.Error.Retry
 	}
 	if e.Code == "" {
 		e.Code = codeOf(resp.StatusCode)
@@ -378,12 +389,16 @@ func codeOf(status int) string {
 		return CodeInvalidArgument
 	case http.StatusUnauthorized:
 		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodeForbidden
 	case http.StatusNotFound:
 		return CodeNotFound
 	case http.StatusConflict:
 		return CodeAborted
 	case http.StatusRequestEntityTooLarge:
 		return CodeTooLarge
+	case http.StatusUnsupportedMediaType:
+		return CodeUnsupportedMediaType
 	case http.StatusServiceUnavailable:
 		return CodeUnavailable
 	}

@@ -267,6 +267,7 @@ func TestErrors(t *testing.T) {
 		invalid  bool
 		aborted  bool
 		unavail  bool
+		retry    bool
 	}{
 		{
 			name: "not found", status: 404, body: `{"error":{"code":"not_found","message":"document usertable/k1 does not exist"}}`,
@@ -283,6 +284,17 @@ func TestErrors(t *testing.T) {
 			body:    `{"error":{"code":"aborted","message":"lease conflict"}}`,
 			want:    &Error{StatusCode: 409, Code: "aborted", Message: "lease conflict", RetryAfter: time.Second},
 			aborted: true,
+		},
+		{
+			name: "unavailable, retry safe", status: 503, header: map[string]string{"Retry-After": "1"},
+			body:    `{"error":{"code":"unavailable","message":"the store is unavailable; retry with backoff","retry":true}}`,
+			want:    &Error{StatusCode: 503, Code: "unavailable", Message: "the store is unavailable; retry with backoff", RetryAfter: time.Second, Retry: true},
+			unavail: true, retry: true,
+		},
+		{
+			name: "buffered, do not retry", status: 500,
+			body: `{"error":{"code":"buffered","message":"the change is buffered as seq 4","retry":false}}`,
+			want: &Error{StatusCode: 500, Code: "buffered", Message: "the change is buffered as seq 4"},
 		},
 		{
 			name: "no body", status: 404,
@@ -314,6 +326,7 @@ func TestErrors(t *testing.T) {
 			assert.Equal(t, tc.invalid, IsInvalid(err))
 			assert.Equal(t, tc.aborted, IsAborted(err))
 			assert.Equal(t, tc.unavail, IsUnavailable(err))
+			assert.Equal(t, tc.retry, IsRetrySafe(err))
 		})
 	}
 }

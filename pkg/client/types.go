@@ -87,6 +87,12 @@ type ErrorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		// Retry is true when sending the request again is safe: nothing
+		// was buffered or applied (409 aborted, 503 unavailable, which
+		// also carry Retry-After). False on a 500 buffered (the change
+		// will be applied) or uncertain (it may have been): do not
+		// retry those blindly; and on a 4xx, which would fail again.
+		Retry bool `json:"retry"`
 	} `json:"error"`
 }
 
@@ -99,9 +105,20 @@ type FlushRequest struct {
 const (
 	CodeInvalidArgument = "invalid_argument" // 400
 	CodeUnauthenticated = "unauthenticated"  // 401
+	CodeForbidden       = "forbidden"        // 403: an administrative endpoint needs the admin token
 	CodeNotFound        = "not_found"        // 404
 	CodeAborted         = "aborted"          // 409: retry with backoff
 	CodeTooLarge        = "too_large"        // 413
-	CodeUnavailable     = "unavailable"      // 503
-	CodeInternal        = "internal"         // 500
+	// CodeUnsupportedMediaType: a request body not sent as
+	// Content-Type: application/json (415).
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeUnavailable          = "unavailable" // 503: nothing was done; retry with backoff (Retry-After)
+	CodeInternal             = "internal"    // 500
+	// CodeBuffered: a synchronous write (or write-through session commit)
+	// is buffered but not applied yet; it will be, so do not retry (500).
+	CodeBuffered = "buffered"
+	// CodeUncertain: the write may or may not have been applied (a
+	// timeout, too few replicas, Redis failing midway); read before
+	// writing again (500).
+	CodeUncertain = "uncertain"
 )

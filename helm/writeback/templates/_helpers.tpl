@@ -107,6 +107,12 @@ store names the env var holding its DSN with dsnEnv.
 {{- end }}
 {{- end }}
 {{- $cfg := dict "listen" (include "writeback.listen" .) "redis" $redis "stores" $stores "collections" $v.collections "log" $v.log }}
+{{- if not (include "writeback.tokenRef" . | fromJson).secretName }}
+{{- if not $v.auth.allowUnauthenticated }}
+{{- fail "auth: the sidecar listens on the pod network and has no API token; keep auth.generate: true, name an existing Secret with auth.tokenSecret, or set auth.allowUnauthenticated: true to accept the risk" }}
+{{- end }}
+{{- $_ := set $cfg "auth" (dict "allowUnauthenticated" true) }}
+{{- end }}
 {{- with $v.writeback }}{{ $_ := set $cfg "writeback" . }}{{ end }}
 {{- with $v.limits }}{{ $_ := set $cfg "limits" . }}{{ end }}
 {{- with $v.queues }}{{ $_ := set $cfg "queues" . }}{{ end }}
@@ -114,6 +120,36 @@ store names the env var holding its DSN with dsnEnv.
 # writeback.yaml, rendered by the writeback Helm chart (release {{ .Release.Name }}).
 # Secrets are not in this file: see dsnEnv, WRITEBACK_REDIS_PASSWORD and WRITEBACK_AUTH_TOKEN.
 {{ toYaml $cfg }}
+{{- end }}
+
+{{/* The Secret the chart generates for the API tokens when auth.tokenSecret names none. */}}
+{{- define "writeback.authSecretName" -}}
+{{- printf "%s-auth" (include "writeback.fullname" .) }}
+{{- end }}
+
+{{/* Whether the chart generates that Secret. */}}
+{{- define "writeback.authGenerated" -}}
+{{- if and (not (.Values.auth.tokenSecret | default dict).secretName) .Values.auth.generate }}true{{ end }}
+{{- end }}
+
+{{/* Where the API token comes from: {secretName, secretKey}, or {} when there is none. */}}
+{{- define "writeback.tokenRef" -}}
+{{- if (.Values.auth.tokenSecret | default dict).secretName }}
+{{- toJson .Values.auth.tokenSecret }}
+{{- else if include "writeback.authGenerated" . }}
+{{- toJson (dict "secretName" (include "writeback.authSecretName" .) "secretKey" "token") }}
+{{- else }}{}
+{{- end }}
+{{- end }}
+
+{{/* Where the admin token comes from: {secretName, secretKey}, or {} when there is none. */}}
+{{- define "writeback.adminTokenRef" -}}
+{{- if (.Values.auth.adminTokenSecret | default dict).secretName }}
+{{- toJson .Values.auth.adminTokenSecret }}
+{{- else if and (include "writeback.authGenerated" .) .Values.auth.generateAdminToken }}
+{{- toJson (dict "secretName" (include "writeback.authSecretName" .) "secretKey" "adminToken") }}
+{{- else }}{}
+{{- end }}
 {{- end }}
 
 {{/* Env vars read from existing Secrets (never inline values). */}}
@@ -127,9 +163,18 @@ store names the env var holding its DSN with dsnEnv.
       key: {{ .secretKey | quote }}
 {{- end }}
 {{- end }}
-{{- with .Values.auth.tokenSecret }}
+{{- with include "writeback.tokenRef" . | fromJson }}
 {{- if .secretName }}
 - name: WRITEBACK_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName | quote }}
+      key: {{ .secretKey | quote }}
+{{- end }}
+{{- end }}
+{{- with include "writeback.adminTokenRef" . | fromJson }}
+{{- if .secretName }}
+- name: WRITEBACK_AUTH_ADMIN_TOKEN
   valueFrom:
     secretKeyRef:
       name: {{ .secretName | quote }}
