@@ -16,8 +16,9 @@ import (
 
 // Config is the whole configuration of one sidecar.
 type Config struct {
-	Listen      string                `yaml:"listen"`     // API, /metrics, /healthz, /readyz
-	ListenResp  string                `yaml:"listenResp"` // Redis-protocol front door; empty disables it
+	Listen      string                `yaml:"listen"`      // API, /metrics, /healthz, /readyz
+	ListenResp  string                `yaml:"listenResp"`  // Redis-protocol front door; empty disables it
+	DebugListen string                `yaml:"debugListen"` // loopback host:port of /debug/pprof; empty (the default) disables it
 	Auth        Auth                  `yaml:"auth"`
 	Redis       Redis                 `yaml:"redis"`
 	Stores      map[string]Store      `yaml:"stores"`

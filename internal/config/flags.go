@@ -121,6 +121,8 @@ var bindings = []binding{
 		func(c *Config) *string { return &c.Listen }),
 	stringBinding("listen-resp", "host:port of the Redis-protocol front door; empty disables it",
 		func(c *Config) *string { return &c.ListenResp }),
+	stringBinding("debug-listen", "loopback host:port of the profiling endpoints (/debug/pprof, behind the admin token when one is set); empty disables them",
+		func(c *Config) *string { return &c.DebugListen }),
 	stringBinding("auth-token", "token every /v1 request (bearer) and Redis-protocol connection (AUTH) must present; empty disables auth",
 		func(c *Config) *string { return &c.Auth.Token }),
 	stringBinding("auth-admin-token", "token the administrative endpoints (flush, dead letters) require instead of auth-token; empty: auth-token suffices",

@@ -397,7 +397,7 @@ func TestLoadStructuralErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, wantErr string
 	}{
-		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
+		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, debugListen, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
 		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, tls, username)"},
 		{"scalar where a list belongs", "redis: {addrs: 127.0.0.1:6379}\n", "f.yaml:1: redis.addrs: want a list such as [a, b]"},
 		{"mapping where a value belongs", "listen: {a: b}\n", "f.yaml:1: listen: want a single value, not a list or a mapping"},

@@ -44,6 +44,10 @@ func (c *Config) Validate() error {
 	var v validator
 	v.address("listen", c.Listen, false)
 	v.address("listenResp", c.ListenResp, true)
+	v.address("debugListen", c.DebugListen, true)
+	if c.DebugListen != "" && !Loopback(c.DebugListen) {
+		v.addf("debugListen: %q is reachable from other hosts; the profiling endpoints expose the process's memory and timing, so listen on 127.0.0.1 (for example 127.0.0.1:6060) and reach it through a tunnel", c.DebugListen)
+	}
 	c.validateAuth(&v)
 	c.validateRedis(&v)
 	c.validateStores(&v)

@@ -97,6 +97,8 @@ func TestValidate(t *testing.T) {
 			"redis.tls.insecureSkipVerify: it skips the verification that caFile and serverName configure; remove one or the other"},
 		{"listenResp", func(c *Config) { c.ListenResp = "6380" },
 			`listenResp: "6380" is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480`},
+		{"debugListen off loopback", func(c *Config) { c.DebugListen = "0.0.0.0:6060" },
+			`debugListen: "0.0.0.0:6060" is reachable from other hosts; the profiling endpoints expose the process's memory and timing, so listen on 127.0.0.1 (for example 127.0.0.1:6060) and reach it through a tunnel`},
 		{"redis addrs empty", func(c *Config) { c.Redis.Addrs = nil },
 			"redis.addrs: no Redis address is configured; list at least one host:port such as 127.0.0.1:6379 (or pass --redis-addrs)"},
 		{"redis addr", func(c *Config) { c.Redis.Addrs = []string{"127.0.0.1:6379", "redis"} },

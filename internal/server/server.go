@@ -59,6 +59,8 @@ type Server struct {
 	ln       net.Listener
 	resp     *resp.Server // nil when listenResp is empty
 	respLn   net.Listener
+	debug    *http.Server // nil when debugListen is empty
+	debugLn  net.Listener
 	sess     *sessions  // Design 2: sessions, queues, mappings
 	warnMu   sync.Mutex // guards warnings: the watch loop adds to them
 	warnings []string
@@ -194,7 +196,22 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			return nil, fmt.Errorf("listenResp %s: %v; choose a free address with --listen-resp, or disable the Redis-protocol front door with --listen-resp=\"\"", cfg.ListenResp, err)
 		}
 	}
+	if cfg.DebugListen != "" {
+		s.debug = &http.Server{Handler: debugHandler(cfg.Auth.AdminToken), ReadHeaderTimeout: 10 * time.Second}
+		s.debugLn, err = net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			return nil, fmt.Errorf("debugListen %s: %v; choose a free loopback address with --debug-listen, or disable profiling with --debug-listen=\"\"", cfg.DebugListen, err)
+		}
+	}
 	return s, nil
+}
+
+// DebugAddr returns the profiling listener's address ("" when off).
+func (s *Server) DebugAddr() string {
+	if s.debugLn == nil {
+		return ""
+	}
+	return s.debugLn.Addr().String()
 }
 
 // rollbackCheckEvery is how often the sidecar checks, besides on every new
@@ -373,6 +390,13 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.resp != nil {
 		go func() { errc <- s.resp.Serve(s.respLn) }()
 	}
+	if s.debug != nil {
+		go func() {
+			if err := s.debug.Serve(s.debugLn); !errors.Is(err, http.ErrServerClosed) {
+				s.log.Warn("the profiling listener stopped", "err", err)
+			}
+		}()
+	}
 	s.log.Info("writeback serving", "addr", s.Addr(), "resp", s.RespAddr(), "instance", s.cfg.Writeback.InstanceID, "collections", len(s.cfg.Collections))
 
 	var err error
@@ -471,5 +495,11 @@ func (s *Server) close() {
 	}
 	if s.respLn != nil {
 		_ = s.respLn.Close()
+	}
+	if s.debug != nil {
+		_ = s.debug.Close()
+	}
+	if s.debugLn != nil {
+		_ = s.debugLn.Close()
 	}
 }
