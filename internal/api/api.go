@@ -324,6 +324,9 @@ const MaxScanLimit = 1000
 
 func (h *Handler) scan(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
+	if q.Has("ids") || q.Has("id") {
+		return h.getMany(w, r)
+	}
 	limit := 100
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)

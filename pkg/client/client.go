@@ -191,6 +191,30 @@ func (c *Client) write(ctx context.Context, method, coll, id string, v any) (int
 	return res.Seq, nil
 }
 
+// GetMany reads several documents of a collection in one request (one Redis
+// round trip for their cache entries): docs[i] is ids[i]'s document, nil
+// when it does not exist.
+func (c *Client) GetMany(ctx context.Context, coll string, ids []string) ([]json.RawMessage, error) {
+	p, err := docPath(coll, "")
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	for _, id := range ids {
+		q.Add("id", id)
+	}
+	var res ManyResult
+	if err := c.doJSON(ctx, http.MethodGet, p+"?"+q.Encode(), nil, &res); err != nil {
+		return nil, err
+	}
+	for i, d := range res.Docs {
+		if string(d) == "null" {
+			res.Docs[i] = nil
+		}
+	}
+	return res.Docs, nil
+}
+
 // Scan returns up to limit documents of a collection in key order, starting
 // at the key from (inclusive; "" from the first), reflecting buffered
 // writes. limit <= 0 leaves the page size to the server.

@@ -82,6 +82,12 @@ type ScanResult struct {
 	Docs []json.RawMessage `json:"docs"`
 }
 
+// ManyResult is the answer of GET /v1/docs/{collection}?ids=…: the
+// documents in the order asked, null for a missing one.
+type ManyResult struct {
+	Docs []json.RawMessage `json:"docs"`
+}
+
 // ErrorBody is the body of every error response.
 type ErrorBody struct {
 	Error struct {
