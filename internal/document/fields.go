@@ -76,7 +76,7 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done func(i 
 			done(i, FieldResult{}, err)
 			continue
 		}
-		if s.fallingBack(st.c) {
+		if st.c.Policy == WriteBack && st.pol != WriteBack {
 			// Writing through, it goes to the store first (applyFirst),
 			// not to Redis with the others.
 			go func() {
@@ -131,6 +131,7 @@ type fieldState struct {
 	c      *Collection
 	id     string
 	patch  change.Change // $set/$unset/$inc, or the delete
+	pol    Policy        // the policy the write follows, decided at its start
 	create bool          // the next attempt creates the document (IfAbsent put)
 	o      buffer.WriteOptions
 
@@ -144,7 +145,7 @@ func (s *Service) newFieldState(w *FieldWrite) (*fieldState, error) {
 	if c == nil {
 		return nil, ErrUnknownCollection
 	}
-	st := &fieldState{s: s, w: w, c: c, id: id}
+	st := &fieldState{s: s, w: w, c: c, id: id, pol: s.policy(c)}
 	schema := c.Table.Schema
 	switch w.Op {
 	case SetFields:
@@ -300,7 +301,7 @@ func (st *fieldState) decide(ctx context.Context, out buffer.Outcome) (next, err
 // the fallback's first step (applyFirst).
 func (s *Service) runField(ctx context.Context, st *fieldState, first *buffer.WriteResult) (FieldResult, error) {
 	if first == nil {
-		if err := s.applyFirst(ctx, st.ref()); err != nil {
+		if err := s.applyFirst(ctx, st.ref(), st.pol); err != nil {
 			return FieldResult{}, err
 		}
 	}
@@ -323,7 +324,7 @@ func (st *fieldState) toCreate() error {
 
 // fieldDone acknowledges a buffered field write and computes its result.
 func (s *Service) fieldDone(ctx context.Context, st *fieldState, r buffer.WriteResult) (FieldResult, error) {
-	if _, err := s.acknowledge(ctx, st.ref(), r.Seq); err != nil {
+	if _, err := s.acknowledge(ctx, st.ref(), r.Seq, st.pol); err != nil {
 		return FieldResult{}, err
 	}
 	var res FieldResult

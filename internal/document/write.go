@@ -99,7 +99,8 @@ const maxVoided = 16
 // write buffers ch; replace (see replacements) updates the cache entry's
 // fields that the write script cannot compute.
 func (s *Service) write(ctx context.Context, r Ref, ch change.Change, replace map[string]buffer.Replace) (int64, error) {
-	if err := s.applyFirst(ctx, r); err != nil {
+	pol := s.policy(r.Coll) // once: the fallback may switch meanwhile
+	if err := s.applyFirst(ctx, r, pol); err != nil {
 		return 0, err
 	}
 	w := &docWrite{r: r, ch: ch, replace: replace}
@@ -108,7 +109,7 @@ func (s *Service) write(ctx context.Context, r Ref, ch change.Change, replace ma
 	if err != nil {
 		return 0, err
 	}
-	return s.acknowledge(ctx, r, res.Seq)
+	return s.acknowledge(ctx, r, res.Seq, pol)
 }
 
 // docWrite is a write of the HTTP API: a put, patch or delete of a whole
@@ -238,13 +239,14 @@ func (ioWriter) readRow(ctx context.Context, c *Collection, id string) (change.D
 }
 
 // applyFirst is what every write to a write-back collection does first
-// while pinned memory is over its limit and it writes through: it applies
-// the document's pending changes to the store before its own (which
-// acknowledge then applies), so that they reach the store in order, and it
-// refuses the write — before anything is buffered — when the store cannot
-// take them.
-func (s *Service) applyFirst(ctx context.Context, r Ref) error {
-	if !s.fallingBack(r.Coll) {
+// while pinned memory is over its limit and it writes through (pol, the
+// policy the write follows, decided once at its start, is write-through):
+// it applies the document's pending changes to the store before its own
+// (which acknowledge then applies), so that they reach the store in order,
+// and it refuses the write — before anything is buffered — when the store
+// cannot take them.
+func (s *Service) applyFirst(ctx context.Context, r Ref, pol Policy) error {
+	if r.Coll.Policy != WriteBack || pol == WriteBack {
 		return nil
 	}
 	if err := s.app.ApplyDoc(ctx, r.Coll.Name, r.ID, math.MaxInt64); err != nil {
@@ -253,13 +255,15 @@ func (s *Service) applyFirst(ctx context.Context, r Ref) error {
 	return nil
 }
 
-// acknowledge completes a buffered write under its collection's policy
-// now: write-back is done; write-through and write-around apply the
-// document's buffered writes up to seq first.
-func (s *Service) acknowledge(ctx context.Context, r Ref, seq int64) (int64, error) {
+// acknowledge completes a buffered write under the policy it follows (pol,
+// decided at its start: a write buffered as write-back is acknowledged so
+// even if the fallback switched on meanwhile): write-back is done;
+// write-through and write-around apply the document's buffered writes up
+// to seq first.
+func (s *Service) acknowledge(ctx context.Context, r Ref, seq int64, pol Policy) (int64, error) {
 	fault.Hit(fault.AfterBuffer)
 	s.m.BufferedChanges.WithLabelValues(r.Coll.Name).Inc()
-	if s.policy(r.Coll) == WriteBack {
+	if pol == WriteBack {
 		return seq, nil
 	}
 	if err := s.app.ApplyDoc(ctx, r.Coll.Name, r.ID, seq); err != nil {
