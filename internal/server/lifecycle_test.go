@@ -130,7 +130,7 @@ func TestGracefulShutdown(t *testing.T) {
 func TestPinnedMemoryFallback(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config(t)
-	cfg.Writeback.PinnedMemoryLimit = config.ByteSize(256)
+	cfg.Writeback.PinnedMemoryLimit = config.ByteSize(1024) // a small pending document pins about 370 bytes (buffer.PendingDocOverhead)
 	r := run(t, cfg)
 	fallback := func() map[string]bool {
 		out := map[string]bool{}
