@@ -44,6 +44,11 @@ type Buffer struct {
 	// MaxDeadLetters caps the dead letters a partition keeps: beyond it the
 	// oldest are dropped and counted (Stats.DeadLettersDropped). 0: no cap.
 	MaxDeadLetters int
+	// Combine makes concurrent WriteBatch calls share rounds: one round
+	// trip for the writes of many requests (combiner).
+	Combine bool
+
+	comb combiner
 }
 
 // durable runs scripts that change pinned state, waiting for Replicas.

@@ -15,7 +15,7 @@ import (
 	"github.com/writeback/writeback/internal/testenv"
 )
 
-func newTestBuffer(t *testing.T) *Buffer {
+func newTestBuffer(t testing.TB) *Buffer {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	prefix := testenv.UniqueName(t, "buf")
@@ -30,7 +30,7 @@ func newTestBuffer(t *testing.T) *Buffer {
 	return New(rdb, prefix, 4, 500*time.Millisecond)
 }
 
-func schema(t *testing.T) *change.Schema {
+func schema(t testing.TB) *change.Schema {
 	t.Helper()
 	s, err := change.NewSchema("id", []change.Column{{Name: "id", Type: change.TypeInt}, {Name: "n", Type: change.TypeInt, Nullable: true}, {Name: "f", Type: change.TypeFloat, Nullable: true}})
 	if err != nil {

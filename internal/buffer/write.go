@@ -165,7 +165,16 @@ const maxCallWrites = 64
 // rather than one per write. The writes of one partition run in their
 // order; those of different partitions, hence of different documents, may
 // run in any order.
+//
+// With Combine set, concurrent calls share rounds (combiner).
 func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
+	if b.Combine && len(reqs) > 0 {
+		return b.combined(ctx, reqs)
+	}
+	return b.writeBatch(ctx, reqs)
+}
+
+func (b *Buffer) writeBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
 	results, errs := make([]WriteResult, len(reqs)), make([]error, len(reqs))
 	if len(reqs) == 0 {
 		return results, errs

@@ -154,6 +154,7 @@ type Writeback struct {
 	RetryBackoff      Duration `yaml:"retryBackoff"`      // first backoff after a store error
 	PinnedMemoryLimit ByteSize `yaml:"pinnedMemoryLimit"` // above it, writes fall back to write-through
 	MaxDeadLetters    int      `yaml:"maxDeadLetters"`    // dead letters kept per partition; beyond it the oldest are dropped, counted; 0: no cap
+	CombineWrites     bool     `yaml:"combineWrites"`     // concurrent requests' buffered writes share Redis round trips
 	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random
 }
 
@@ -215,6 +216,7 @@ func Default() *Config {
 			RetryBackoff:      Duration{100 * time.Millisecond},
 			PinnedMemoryLimit: 1 * GiB,
 			MaxDeadLetters:    1000,
+			CombineWrites:     true,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
 		HTTP: HTTP{

@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	s.buf = buffer.New(s.rdb, cfg.Redis.KeyPrefix, wb.Partitions, wb.LeaseLifetime.Duration)
 	s.inSync.OnRefuse = s.m.ReplicaShortfalls.Inc
 	s.buf.Replicas, s.buf.ReplicaTimeout, s.buf.InSync = cfg.Redis.Replicas, replicaTimeout, s.inSync
-	s.buf.MaxDeadLetters = wb.MaxDeadLetters
+	s.buf.MaxDeadLetters, s.buf.Combine = wb.MaxDeadLetters, wb.CombineWrites
 	s.app = bgt.New(bgt.Config{
 		InstanceID:   wb.InstanceID,
 		Workers:      wb.Workers,
