@@ -110,9 +110,10 @@ type Lease struct {
 	Mode    Mode
 	Golden  bool // an S lease of a validated session: no X may void it
 	Expires time.Time
-	// Start is the holding session's start (ms; any clock, the same for
-	// every session): the older session wins a conflict (wait.go). 0 for
-	// an I lease, and a lease without one is never wounded.
+	// Start is the holding session's start (any unit and clock, the same
+	// for every session; the sidecars use µs): the older session wins a
+	// conflict (wait.go). 0 for an I lease; a lease without one is never
+	// wounded.
 	Start int64
 }
 

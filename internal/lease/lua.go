@@ -106,7 +106,7 @@ local function lease_set(lkey, holder, mode, golden, exp, start)
   local g = '0'
   if golden then g = '1' end
   local v = mode .. g .. '|' .. exp
-  if start then v = v .. '|' .. start end
+  if start then v = v .. '|' .. string.format('%d', start) end
   redis.call('HSET', lkey, holder, v)
 end
 local function lease_void(lkey, holders)

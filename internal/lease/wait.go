@@ -50,7 +50,7 @@ const Queued Conflict = "queued"
 type Requester struct {
 	ID    string
 	Mode  Mode  // Shared or Exclusive
-	Start int64 // the session's start, ms; 0: unknown (never wounds)
+	Start int64 // the session's start (Lease.Start); 0: unknown (never wounds)
 }
 
 // Waiter is a session queued for a lease on a key.
@@ -242,7 +242,8 @@ end
 local function lease_request(lkey, wkey, ls, now, sid, req, start, deadline, life)
   local mine, mode, void, blocked, hard = lease_judge(ls, sid, req, start)
   local byholder = blocked
-  local member = sid .. '|' .. req .. '|' .. start .. '|' .. deadline
+  -- %d: a start in µs has more digits than Lua's number to string keeps
+  local member = sid .. '|' .. req .. '|' .. string.format('%d', start) .. '|' .. string.format('%d', deadline)
   if hard then
     redis.call('ZREM', wkey, member)
     return 'refused', 'x_on_golden_s', {}

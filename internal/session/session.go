@@ -137,7 +137,7 @@ func validID(id string) bool {
 func (s *Service) Begin(ctx context.Context) (string, error) {
 	id := newID()
 	pipe := s.rdb.Pipeline()
-	pipe.HSet(ctx, s.keys.Record(id), "_", time.Now().UnixMilli())
+	pipe.HSet(ctx, s.keys.Record(id), "_", time.Now().UnixMicro()) // its start, µs: its age for the wound-wait rule
 	pipe.PExpire(ctx, s.keys.Record(id), s.cfg.SessionTimeout)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return "", fmt.Errorf("session: begin: %w", err)

@@ -81,7 +81,7 @@ func pause(ctx context.Context, woke <-chan struct{}, n int) error {
 // waitPlan is what a session's record says of one lease request: its age
 // and how long it may wait.
 type waitPlan struct {
-	start    int64 // the session's start, ms
+	start    int64 // the session's start (µs, its age)
 	deadline int64 // ms on Redis's clock
 	first    bool  // the session's first lease: its record's "f" is now
 }
