@@ -22,9 +22,13 @@ type requestCase struct {
 func requestCases(now time.Time) []requestCase {
 	live, dead := now.Add(time.Minute), now.Add(-time.Second)
 	dl, past := now.Add(time.Minute).UnixMilli(), now.Add(-time.Second).UnixMilli()
-	x := func(h string, start int64) Lease { return Lease{Holder: h, Mode: Exclusive, Expires: live, Start: start} }
+	x := func(h string, start int64) Lease {
+		return Lease{Holder: h, Mode: Exclusive, Expires: live, Start: start}
+	}
 	me := func(m Mode, start int64) Waiter { return Waiter{ID: "a", Mode: m, Start: start, Deadline: dl} }
-	q := func(id string, m Mode, start int64) Waiter { return Waiter{ID: id, Mode: m, Start: start, Deadline: dl} }
+	q := func(id string, m Mode, start int64) Waiter {
+		return Waiter{ID: id, Mode: m, Start: start, Deadline: dl}
+	}
 	return []requestCase{
 		{"free key", me(Exclusive, 5), nil, nil, Judgement{Verdict: Granted, Mode: Exclusive}},
 		{"younger S waits for an older X", me(Shared, 5), []Lease{x("h", 1)}, nil, Judgement{Verdict: Wait, Conflict: SharedOnExclusive}},
