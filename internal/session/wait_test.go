@@ -230,3 +230,44 @@ func TestSessionWaitOutlivesCrashedHolder(t *testing.T) {
 		t.Errorf("waiters left behind: %+v", ws)
 	}
 }
+
+// A commit that writes a key an older session holds for update waits for
+// it (and then commits after it); one that writes a key a younger session
+// holds wounds it.
+func TestSessionCommitWaitsOrWounds(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 10*time.Second, 10*time.Second })
+	ctx := context.Background()
+	older, younger := w.beginAt(t, 1000), w.beginAt(t, 2000)
+	if _, err := w.svc.Read(ctx, older, "k:1:a", true); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.commitKey(younger, "k:1:a", `{"v":"younger"}`) }()
+	waitUntil(t, "the younger commit to wait", func() bool { return len(w.waiters(t, "k:1:a")) == 1 })
+	if err := w.commitKey(older, "k:1:a", `{"v":"older"}`); err != nil {
+		t.Fatalf("the older commit: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the younger commit, after waiting: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the younger commit hangs")
+	}
+	if v, err := w.svc.Read(ctx, "", "k:1:a", false); err != nil || string(v) != `{"v":"younger"}` {
+		t.Errorf("k:1:a = %s (%v); the younger commit comes last", v, err)
+	}
+
+	older, younger = w.beginAt(t, 3000), w.beginAt(t, 4000)
+	if _, err := w.svc.Read(ctx, younger, "k:1:b", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.commitKey(older, "k:1:b", `{"v":"older"}`); err != nil {
+		t.Fatalf("the older commit on a younger X: %v; it wounds it", err)
+	}
+	var ae *AbortedError
+	if err := w.commitKey(younger, "k:1:b", `{"v":"younger"}`); !errors.As(err, &ae) || ae.Reason != ReasonVoided {
+		t.Errorf("the wounded session's commit: %v; want a 409 (voided)", err)
+	}
+}
