@@ -68,7 +68,8 @@ func (b *bank) patchBalance(branch, id int, d int64) client.CacheChange {
 }
 
 // Acceptance 3: every cell of Table 1 over HTTP (S on S, S on X, X on S,
-// X on golden S, X on X), wound-wait (an X voids a non-golden S and the
+// X on golden S, X on X; the S on X and X on X cells wait for the older
+// holder instead of aborting, issue 19), wound-wait (an X voids a non-golden S and the
 // reader's commit aborts), a golden S blocks a writer's commit until the
 // reader commits, and an expired lease left by a killed client deletes the
 // entry it guarded so that the next read recomputes it.
@@ -88,13 +89,29 @@ func TestSessionLeases(t *testing.T) {
 		wantOK(t, "A commits", a.commit(client.Commit{}))
 		wantOK(t, "B commits", c.commit(client.Commit{}))
 	})
-	t.Run("S on X: abort", func(t *testing.T) {
+	// waits runs read, which must queue for k's lease, then release; the
+	// read must succeed once release let it in.
+	waits := func(t *testing.T, what string, key string, read func() ([]byte, error), release func()) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { _, err := read(); done <- err }()
+		wait := strings.Replace(b.entryKey(key, b.queue(0)), ":c:", ":w:", 1)
+		waitFor(t, 5*time.Second, what+" to queue", func() bool { return b.redis.Exists(context.Background(), wait).Val() == 1 })
+		release()
+		select {
+		case err := <-done:
+			wantOK(t, what, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still waiting after the holder released", what)
+		}
+	}
+	t.Run("S on X: waits for the older X", func(t *testing.T) {
 		a, c := begin(t, sc), begin(t, sc)
 		_, err := a.readX(k)
 		wantOK(t, "A reads for update", err)
-		_, err = c.read(k)
-		wantAborted(t, "B reads under A's X", err, "s_on_x")
-		wantOK(t, "A commits", a.commit(client.Commit{}))
+		waits(t, "B reads under A's X", k, func() ([]byte, error) { return c.read(k) },
+			func() { wantOK(t, "A commits", a.commit(client.Commit{})) })
+		wantOK(t, "B commits", c.commit(client.Commit{}))
 	})
 	t.Run("X on S: granted, voids the S", func(t *testing.T) {
 		a, c := begin(t, sc), begin(t, sc)
@@ -114,12 +131,21 @@ func TestSessionLeases(t *testing.T) {
 		wantAborted(t, "B reads for update a golden key", err, "x_on_golden_s")
 		wantOK(t, "A commits", a.commit(client.Commit{}))
 	})
-	t.Run("X on X: abort", func(t *testing.T) {
+	t.Run("X on X: waits for the older X", func(t *testing.T) {
 		a, c := begin(t, sc), begin(t, sc)
 		_, err := a.readX(k)
 		wantOK(t, "A reads for update", err)
-		_, err = c.readX(k)
-		wantAborted(t, "B reads for update", err, "x_on_x")
+		waits(t, "B reads for update", k, func() ([]byte, error) { return c.readX(k) },
+			func() { wantOK(t, "A commits", a.commit(client.Commit{})) })
+		wantOK(t, "B commits", c.commit(client.Commit{}))
+	})
+	t.Run("X on a younger X: wounds it", func(t *testing.T) {
+		a, c := begin(t, sc), begin(t, sc)
+		_, err := c.readX(k)
+		wantOK(t, "B (younger) reads for update", err)
+		_, err = a.readX(k)
+		wantOK(t, "A (older) reads for update, wounding B", err)
+		wantAborted(t, "B commits after A wounded it", c.commit(client.Commit{}), "voided")
 		wantOK(t, "A commits", a.commit(client.Commit{}))
 	})
 
@@ -180,13 +206,11 @@ func TestSessionLeases(t *testing.T) {
 		if err := b.redis.Set(context.Background(), b.entryKey(key, b.queue(1)), `{"branch":1,"id":0,"balance":999999}`, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		r := begin(t, sc)
-		_, err = r.read(key)
-		wantAborted(t, "a reader while the X lease lives", err, "s_on_x")
-		time.Sleep(500 * time.Millisecond) // past the 400ms lease
+		// A reader while the X lease lives waits for it to expire (400ms,
+		// within the 1s lease wait), then reads the recomputed value.
 		r2 := begin(t, sc)
 		raw, err := r2.read(key)
-		wantOK(t, "a reader after the lease expired", err)
+		wantOK(t, "a reader that waited for the lease to expire", err)
 		if a, _ := decodeAccount(raw); a.Balance != 100 {
 			t.Errorf("read %s after the expiry; want the store's balance 100, not the half-updated entry", raw)
 		}

@@ -93,9 +93,10 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 }
 
-// Mapped cache reads: the lease parameter, unmapped and missing keys, and
-// a lease refused by another session's X lease: 409 with Retry-After,
-// after which the refused session is over.
+// Mapped cache reads: the lease parameter, unmapped and missing keys, a
+// read that waits for another session's X lease, and an X lease refused
+// by a golden S: 409 with Retry-After, after which the refused session is
+// over.
 func TestCacheReads(t *testing.T) {
 	w := newWorld(t, opts{sessions: true})
 	key := "/v1/cache/" + w.family + ":acct:1"
@@ -121,16 +122,30 @@ func TestCacheReads(t *testing.T) {
 		})
 	}
 
+	// A read under another session's X lease waits for it (the older
+	// session's commit) and then reads the committed value.
 	a, b := w.begin(t), w.begin(t)
 	w.do(t, "GET", key+"?session="+a+"&lease=x", "").ok(t, "read for update", nil)
-	refused := w.do(t, "GET", key+"?session="+b, "")
-	refused.isError(t, "a read under another session's X lease", http.StatusConflict, client.CodeAborted, "held by a concurrent session")
+	waited := make(chan reply, 1)
+	go func() { waited <- w.do(t, "GET", key+"?session="+b, "") }()
+	var res client.CommitResult
+	w.do(t, "POST", "/v1/sessions/"+a+"/commit", w.commitBody(1, -10)).ok(t, "commit of the session holding the X lease", &res)
+	if r := <-waited; r.code != http.StatusOK || string(r.body) != `{"id":1,"balance":90}` {
+		t.Errorf("the read that waited for the X lease: %d %s; want 200 with the committed balance 90", r.code, r.body)
+	}
+	w.do(t, "POST", "/v1/sessions/"+b+"/abort", "").ok(t, "abort of the reader", nil)
+	// An X on a validated (golden) S is refused at once: 409 with
+	// Retry-After, after which the refused session is over.
+	c, d := w.begin(t), w.begin(t)
+	w.do(t, "GET", key+"?session="+c, "").ok(t, "read", nil)
+	w.do(t, "POST", "/v1/sessions/"+c+"/validate", "").ok(t, "validate", nil)
+	refused := w.do(t, "GET", key+"?session="+d+"&lease=x", "")
+	refused.isError(t, "a read for update of a golden key", http.StatusConflict, client.CodeAborted, "held by a concurrent session (x_on_golden_s)")
 	if got := refused.header.Get("Retry-After"); got != "1" {
 		t.Errorf("409 with Retry-After %q; want 1", got)
 	}
-	w.do(t, "POST", "/v1/sessions/"+b+"/commit", "{}").isError(t, "commit of the aborted session", http.StatusNotFound, client.CodeNotFound, "unknown session")
-	var res client.CommitResult
-	w.do(t, "POST", "/v1/sessions/"+a+"/commit", w.commitBody(1, -10)).ok(t, "commit of the session holding the X lease", &res)
+	w.do(t, "POST", "/v1/sessions/"+d+"/commit", "{}").isError(t, "commit of the aborted session", http.StatusNotFound, client.CodeNotFound, "unknown session")
+	w.do(t, "POST", "/v1/sessions/"+c+"/commit", "{}").ok(t, "commit of the validated reader", nil)
 	waitFor(t, 5*time.Second, "a read to see the committed session", func() bool {
 		r := w.do(t, "GET", key, "")
 		return r.code == http.StatusOK && string(r.body) == `{"id":1,"balance":90}`

@@ -146,6 +146,7 @@ type Writeback struct {
 	Workers           int      `yaml:"workers"`           // applier goroutines per sidecar
 	BatchSize         int      `yaml:"batchSize"`         // documents per applied batch
 	LeaseLifetime     Duration `yaml:"leaseLifetime"`     // lifetime of S/X and I/Q leases
+	LeaseWait         Duration `yaml:"leaseWait"`         // how long a session waits for a lease another session holds before its 409
 	SessionTimeout    Duration `yaml:"sessionTimeout"`    // a session neither committed nor aborted within it is forgotten
 	SessionCompaction Duration `yaml:"sessionCompaction"` // period of the writeback_applied_sessions compaction (at least 1m)
 	OwnerLease        Duration `yaml:"ownerLease"`        // lifetime of a partition ownership lease
@@ -208,6 +209,7 @@ func Default() *Config {
 			Workers:           4,
 			BatchSize:         128,
 			LeaseLifetime:     Duration{500 * time.Millisecond},
+			LeaseWait:         Duration{time.Second},
 			SessionTimeout:    Duration{30 * time.Second},
 			SessionCompaction: Duration{2 * time.Minute},
 			OwnerLease:        Duration{3 * time.Second},

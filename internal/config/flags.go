@@ -157,6 +157,8 @@ var bindings = []binding{
 		func(c *Config) *int { return &c.Writeback.BatchSize }),
 	durationBinding("lease-lifetime", "lifetime of the cache leases",
 		func(c *Config) *Duration { return &c.Writeback.LeaseLifetime }),
+	durationBinding("lease-wait", "how long a session waits for a lease another session holds before it is aborted (409)",
+		func(c *Config) *Duration { return &c.Writeback.LeaseWait }),
 	durationBinding("owner-lease", "lifetime of a partition ownership lease; a dead sidecar's partitions move after it",
 		func(c *Config) *Duration { return &c.Writeback.OwnerLease }),
 	byteSizeBinding("pinned-memory-limit", "pinned buffered writes above which writes fall back to write-through",

@@ -49,7 +49,7 @@ func TestLoadDefaults(t *testing.T) {
 			assert.Equal(t, 64, got.Redis.PoolSize)
 			assert.Equal(t, Writeback{
 				Partitions: 64, Workers: 4, BatchSize: 128,
-				LeaseLifetime: Duration{500 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
+				LeaseLifetime: Duration{500 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
 				PollInterval: Duration{100 * time.Millisecond}, MaxRetries: 5,
 				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true,
 				InstanceID: got.Writeback.InstanceID,
@@ -91,7 +91,7 @@ func TestLoadFull(t *testing.T) {
 		}},
 		Writeback: Writeback{
 			Partitions: 128, Workers: 8, BatchSize: 256,
-			LeaseLifetime: Duration{250 * time.Millisecond}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
+			LeaseLifetime: Duration{250 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
 			PollInterval: Duration{50 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
 			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, InstanceID: "sidecar-a",
 		},
@@ -250,7 +250,7 @@ func TestLoadPrecedence(t *testing.T) {
 					SentinelPassword: "sp", TLS: RedisTLS{Enabled: true, CAFile: "ca.pem"},
 				}, c.Redis)
 				assert.Equal(t, Writeback{
-					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
+					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					MaxDeadLetters: 1000, CombineWrites: true, InstanceID: "i",
@@ -280,7 +280,7 @@ func TestLoadPrecedence(t *testing.T) {
 					SentinelPassword: "sp", TLS: RedisTLS{Enabled: true, CAFile: "ca.pem"},
 				}, c.Redis)
 				assert.Equal(t, Writeback{
-					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
+					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					MaxDeadLetters: 1000, CombineWrites: true, InstanceID: "i",

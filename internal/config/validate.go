@@ -275,6 +275,10 @@ func (c *Config) validateWriteback(v *validator) {
 	}
 	v.positive("writeback.leaseLifetime", w.LeaseLifetime, "500ms")
 	v.positive("writeback.sessionTimeout", w.SessionTimeout, "30s")
+	v.positive("writeback.leaseWait", w.LeaseWait, "1s")
+	if w.SessionTimeout.Duration > 0 && w.LeaseWait.Duration >= w.SessionTimeout.Duration {
+		v.addf("writeback.leaseWait: %s is not shorter than writeback.sessionTimeout (%s), so a waiting session would be forgotten; lower leaseWait", w.LeaseWait, w.SessionTimeout)
+	}
 	if w.SessionTimeout.Duration > 0 && w.SessionTimeout.Duration < w.LeaseLifetime.Duration {
 		v.addf("writeback.sessionTimeout: %s is shorter than writeback.leaseLifetime (%s), so sessions would be forgotten while their leases live; raise sessionTimeout", w.SessionTimeout, w.LeaseLifetime)
 	}

@@ -202,10 +202,15 @@ func TestValidate(t *testing.T) {
 			"writeback.batchSize: 10001 is out of range; use a number from 1 to 10000 (the default is 128)"},
 		{"lease lifetime", func(c *Config) { c.Writeback.LeaseLifetime = Duration{} },
 			"writeback.leaseLifetime: 0s is not positive; use a duration such as 500ms"},
+		{"lease wait", func(c *Config) { c.Writeback.LeaseWait = Duration{} },
+			"writeback.leaseWait: 0s is not positive; use a duration such as 1s"},
+		{"lease wait not under session timeout", func(c *Config) { c.Writeback.LeaseWait = Duration{30 * time.Second} },
+			"writeback.leaseWait: 30s is not shorter than writeback.sessionTimeout (30s), so a waiting session would be forgotten; lower leaseWait"},
 		{"session timeout", func(c *Config) { c.Writeback.SessionTimeout = Duration{} },
 			"writeback.sessionTimeout: 0s is not positive; use a duration such as 30s"},
 		{"session timeout under lease lifetime", func(c *Config) {
 			c.Writeback.SessionTimeout, c.Writeback.LeaseLifetime = Duration{time.Second}, Duration{2 * time.Second}
+			c.Writeback.LeaseWait = Duration{100 * time.Millisecond}
 		}, "writeback.sessionTimeout: 1s is shorter than writeback.leaseLifetime (2s), so sessions would be forgotten while their leases live; raise sessionTimeout"},
 		{"session compaction", func(c *Config) { c.Writeback.SessionCompaction = Duration{30 * time.Second} },
 			"writeback.sessionCompaction: 30s is shorter than 1m; every apply must finish well within one period for the compaction to be safe, so use at least 1m (the default is 2m)"},

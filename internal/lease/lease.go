@@ -4,9 +4,11 @@
 // session scripts include so that a lease is granted, voided or found
 // expired in the same atomic step as the cache change it guards.
 //
-// Leases are non-blocking: a request that conflicts is refused at once and
-// the caller aborts and retries with Backoff; nothing ever waits on a
-// lease. Every lease has a finite lifetime. A lease found expired is
+// A session whose request Table 1 refuses waits for the lease, bounded,
+// in a FIFO queue per key, under the wound-wait rule (wait.go: Request and
+// lease_request); only an X on a golden S is refused at once, and the
+// caller aborts and retries with Backoff. I leases never wait. Every lease
+// has a finite lifetime. A lease found expired is
 // dropped, and its key's cache entry with it: the holder may have died half
 // way through changing it. The package knows nothing of queues or stores.
 package lease
@@ -108,6 +110,11 @@ type Lease struct {
 	Mode    Mode
 	Golden  bool // an S lease of a validated session: no X may void it
 	Expires time.Time
+	// Start is the holding session's start (any unit and clock, the same
+	// for every session; the sidecars use µs): the older session wins a
+	// conflict (wait.go). 0 for an I lease; a lease without one is never
+	// wounded.
+	Start int64
 }
 
 // Conflict names why a request was refused, as a bounded metric label.

@@ -12,8 +12,11 @@ import (
 
 // The leases of one key are a Redis hash next to the key's cache entry (in
 // its hash-tag slot): field = holder (a session id, or "i:<token>" for an I
-// lease), value = "<mode><golden>|<expires ms>", e.g. "S0|1700000000123",
-// with times from Redis's own clock (TIME), never the sidecars'.
+// lease), value = "<mode><golden>|<expires ms>[|<session start>]", e.g.
+// "S0|1700000000123|1700000000001", with expiry times from Redis's own clock
+// (TIME), never the sidecars'. The session start orders sessions by age for
+// the wound-wait rule (wait.go); a lease without one (an I lease) is never
+// wounded.
 //
 // The record outlives its leases by the cache entry's remaining lifetime,
 // so that an expired lease is still there to be found — and its possibly
@@ -27,12 +30,15 @@ import (
 //	lease_decide(ls, holder, req) -> ok, mode, conflict, void
 //	                                       Decide (without the expiry, done by load)
 //	lease_held(ls, holder) -> lease|nil    holder's live lease
-//	lease_set(lkey, holder, mode, golden, exp)
+//	lease_set(lkey, holder, mode, golden, exp, start)
+//	                                       start: the session's, or nil
 //	lease_void(lkey, holders)              HDEL each
 //	lease_void_inhibit(lkey, ls)           void every I lease (a change is coming)
 //	lease_keep(lkey, ckey, now)            after changes: expire the record when
 //	                                       its leases and the entry are gone
-const Lua = `
+const Lua = baseLua + waitLua
+
+const baseLua = `
 local function lease_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,12 +49,13 @@ local function lease_load(lkey, ckey, now)
   for i = 1, #h, 2 do
     local v = h[i + 1]
     local mode = string.sub(v, 1, 1)
-    local exp = tonumber(string.sub(v, 4))
+    local e, st = string.match(v, '^..|(%d+)|?(%d*)$')
+    local exp = tonumber(e) or 0
     if exp <= now then
       redis.call('HDEL', lkey, h[i])
       if mode ~= 'I' then del = true end
     else
-      ls[#ls + 1] = {holder = h[i], mode = mode, golden = string.sub(v, 2, 2) == '1', exp = exp}
+      ls[#ls + 1] = {holder = h[i], mode = mode, golden = string.sub(v, 2, 2) == '1', exp = exp, start = tonumber(st)}
     end
   end
   if del then redis.call('DEL', ckey) end
@@ -95,10 +102,12 @@ local function lease_held(ls, holder)
   end
   return nil
 end
-local function lease_set(lkey, holder, mode, golden, exp)
+local function lease_set(lkey, holder, mode, golden, exp, start)
   local g = '0'
   if golden then g = '1' end
-  redis.call('HSET', lkey, holder, mode .. g .. '|' .. exp)
+  local v = mode .. g .. '|' .. exp
+  if start then v = v .. '|' .. string.format('%d', start) end
+  redis.call('HSET', lkey, holder, v)
 end
 local function lease_void(lkey, holders)
   for _, h in ipairs(holders) do redis.call('HDEL', lkey, h) end
@@ -116,7 +125,7 @@ local function lease_keep(lkey, ckey, now)
   end
   local last = now
   for _, v in ipairs(vals) do
-    local e = tonumber(string.sub(v, 4))
+    local e = tonumber(string.match(v, '^..|(%d+)')) or 0
     if e > last then last = e end
   end
   local r = redis.call('PTTL', ckey)
@@ -146,7 +155,7 @@ lease_void(KEYS[1], void)
 local mine = lease_held(ls, ARGV[1])
 local exp = now + tonumber(ARGV[3])
 if mine and mine.mode == mode then exp = math.max(exp, mine.exp) end
-lease_set(KEYS[1], ARGV[1], mode, false, exp)
+lease_set(KEYS[1], ARGV[1], mode, false, exp, mine and mine.start)
 lease_keep(KEYS[1], KEYS[2], now)
 local out = {1, mode}
 for _, h in ipairs(void) do out[#out + 1] = h end
@@ -172,7 +181,7 @@ for i = 1, #KEYS, 2 do
 end
 for i = 1, #KEYS, 2 do
   local l = held[(i + 1) / 2]
-  if l.mode == 'S' then lease_set(KEYS[i], ARGV[1], 'S', true, l.exp) end
+  if l.mode == 'S' then lease_set(KEYS[i], ARGV[1], 'S', true, l.exp, l.start) end
 end
 return 0
 `)
@@ -194,6 +203,9 @@ return n
 // must share a hash tag.
 type Key struct {
 	Lease, Entry string
+	// Wait is the key's queue of waiting sessions (wait.go), in the same
+	// slot; "" where nobody waits (Validate, Release).
+	Wait string
 }
 
 // Client runs the single-purpose lease scripts. Sessions use the library
@@ -258,7 +270,11 @@ func Format(l Lease) string {
 	if l.Golden {
 		g = "1"
 	}
-	return string(l.Mode) + g + "|" + strconv.FormatInt(l.Expires.UnixMilli(), 10)
+	v := string(l.Mode) + g + "|" + strconv.FormatInt(l.Expires.UnixMilli(), 10)
+	if l.Start > 0 {
+		v += "|" + strconv.FormatInt(l.Start, 10)
+	}
+	return v
 }
 
 // Parse decodes a record field (holder, value) into a Lease.
@@ -267,11 +283,18 @@ func Parse(holder, v string) (Lease, error) {
 	if !ok || len(mode) != 2 {
 		return Lease{}, fmt.Errorf("lease: malformed lease %q", v)
 	}
-	ms, err := strconv.ParseInt(rest, 10, 64)
+	exp, start, hasStart := strings.Cut(rest, "|")
+	ms, err := strconv.ParseInt(exp, 10, 64)
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease: malformed lease %q", v)
 	}
-	return Lease{Holder: holder, Mode: Mode(mode[0]), Golden: mode[1] == '1', Expires: time.UnixMilli(ms)}, nil
+	l := Lease{Holder: holder, Mode: Mode(mode[0]), Golden: mode[1] == '1', Expires: time.UnixMilli(ms)}
+	if hasStart {
+		if l.Start, err = strconv.ParseInt(start, 10, 64); err != nil {
+			return Lease{}, fmt.Errorf("lease: malformed lease %q", v)
+		}
+	}
+	return l, nil
 }
 
 // Held returns the leases recorded on k, expired ones included.

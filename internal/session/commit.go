@@ -219,16 +219,17 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 // on the queue's partition, takes X leases on the keys it changes, checks
 // its leases there, stores the session and its queue entry, points the
 // keys' mappings at it and applies the cache changes; then waits for the
-// replicas and releases the rest. A voided lease or a refused X lease
-// aborts the session (AbortedError, 409), after a few backoffs for the
-// latter; a bad request is an InvalidError (400) and leaves the session
+// replicas and releases the rest. An older session's X lease on a key it
+// writes is waited for (acquireX) and a younger one's wounded; a voided
+// lease, an X lease not granted within the wait, or one refused by a golden
+// S for half the lease lifetime aborts the session (AbortedError, 409); a bad request is an InvalidError (400) and leaves the session
 // open. In a write-through family, and in every family while pinned memory
 // is over its limit (Fallback), the queue is then applied through the
 // session before Commit returns; if that fails, the session stays committed
 // and Commit returns its result with a NotAppliedError.
 func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	start := time.Now()
-	read, err := s.record(ctx, id)
+	read, age, err := s.record(ctx, id)
 	if err != nil {
 		return CommitResult{}, err
 	}
@@ -268,9 +269,12 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		s.m.CommitDuration.Observe(time.Since(start).Seconds())
 		return CommitResult{Session: id}, nil
 	}
-	seq, err := s.commitQueue(ctx, id, pl, read, groups[pl.part])
+	seq, err := s.commitQueue(ctx, id, age, pl, read, groups[pl.part])
 	if err != nil {
 		return fail(err)
+	}
+	for _, k := range pl.keys() {
+		s.wakes.wake(s.keys.Lease(pl.part, k))
 	}
 	fault.Hit(FaultAfterCommit)
 	s.release(ctx, id, read)
@@ -313,8 +317,10 @@ func sortedParts(groups map[int][]string) []int {
 const maxCASRetries = 16
 
 // commitQueue runs the commit script until it succeeds, is refused for
-// good, or the session's lease was voided.
-func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, read map[string]string, inPart []string) (int64, error) {
+// good, or the session's lease was voided. When an older session's X lease
+// refuses a key, the session waits for its own X lease there (acquireX,
+// which adds the key to read) and runs the script again.
+func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *plan, read map[string]string, inPart []string) (int64, error) {
 	p := pl.part
 	changed := map[string]bool{}
 	for _, w := range pl.writes {
@@ -356,7 +362,7 @@ func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, read map
 				return 0, fmt.Errorf("session: commit: %w", err)
 			}
 		}
-		args := []any{id, pl.queue, string(obj), len(pl.writes), len(readOnly)}
+		args := []any{id, pl.queue, string(obj), len(pl.writes), len(readOnly), age}
 		for i, w := range pl.writes {
 			r := "0"
 			if _, ok := read[w.key]; ok {
@@ -379,6 +385,16 @@ func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, read map
 		case code == -2:
 			conflict, _ := v[1].(string)
 			i, _ := v[2].(int64)
+			if lease.Conflict(conflict) == lease.ExclusiveOnX {
+				err := s.acquireX(ctx, id, p, keyAt(i), read)
+				if err == nil {
+					continue
+				}
+				if !errors.Is(err, errGolden) {
+					return 0, err
+				}
+				conflict = string(lease.ExclusiveOnGolden)
+			}
 			s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
 			if time.Now().After(deadline) {
 				return 0, &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: keyAt(i)}

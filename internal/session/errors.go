@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/writeback/writeback/internal/lease"
 )
@@ -29,8 +30,8 @@ func invalid(format string, args ...any) error {
 
 // Reasons of an AbortedError.
 const (
-	ReasonVoided   = "voided"   // a lease of the session was voided by a writer or expired
-	ReasonConflict = "conflict" // a lease it asked for was refused
+	ReasonVoided   = "voided"   // a lease of the session was voided by a writer or an older session, or expired
+	ReasonConflict = "conflict" // a lease it asked for was refused, or not granted within the wait
 )
 
 // AbortedError says the session must start over (409): its leases are
@@ -39,12 +40,17 @@ type AbortedError struct {
 	Reason   string
 	Conflict lease.Conflict // for ReasonConflict
 	Key      string
+	// Waited is how long the session waited for the lease before giving
+	// up (writeback.leaseWait); 0 when it was refused at once.
+	Waited time.Duration
 }
 
 func (e *AbortedError) Error() string {
-	switch e.Reason {
-	case ReasonVoided:
-		return fmt.Sprintf("the session's lease on %q was voided by a concurrent writer or expired; the session is aborted, start it over", e.Key)
+	switch {
+	case e.Reason == ReasonVoided:
+		return fmt.Sprintf("the session's lease on %q was voided by a concurrent writer or an older session, or expired; the session is aborted, start it over", e.Key)
+	case e.Waited > 0:
+		return fmt.Sprintf("the lease on %q is held by a concurrent session (%s) that did not release it within %s; the session is aborted, start it over with backoff", e.Key, e.Conflict, e.Waited.Round(time.Millisecond))
 	default:
 		return fmt.Sprintf("the lease on %q is held by a concurrent session (%s); the session is aborted, start it over with backoff", e.Key, e.Conflict)
 	}

@@ -19,6 +19,7 @@ import (
 //	<prefix>:{q<n>}:m:<key>       string seq of the last pending session affecting the key (pinned)
 //	<prefix>:{q<n>}:c:<key>       string the cache entry: a JSON value (TTL)
 //	<prefix>:{q<n>}:l:<key>       hash   the key's leases (package lease)
+//	<prefix>:{q<n>}:w:<key>       zset   sessions waiting for a lease on the key, FIFO (TTL)
 //	<prefix>:{q<n>}:stats         hash   sessions, bytes, dead
 //	<prefix>:{q<n>}:dead          hash   stopped queue → its dead letter (pinned)
 //	<prefix>:{q<n>}:owner         string the sidecar applying the partition's queues (TTL)
@@ -67,9 +68,13 @@ func (k Keys) Entry(p int, key string) string { return k.tag(p) + "c:" + key }
 // Lease is a cache key's lease record.
 func (k Keys) Lease(p int, key string) string { return k.tag(p) + "l:" + key }
 
-// LeaseKey is a cache key's lease record and entry, for package lease.
+// Wait is the queue of sessions waiting for a lease on a cache key.
+func (k Keys) Wait(p int, key string) string { return k.tag(p) + "w:" + key }
+
+// LeaseKey is a cache key's lease record, entry and wait queue, for
+// package lease.
 func (k Keys) LeaseKey(p int, key string) lease.Key {
-	return lease.Key{Lease: k.Lease(p, key), Entry: k.Entry(p, key)}
+	return lease.Key{Lease: k.Lease(p, key), Entry: k.Entry(p, key), Wait: k.Wait(p, key)}
 }
 
 // Stats is partition p's counters.

@@ -12,17 +12,34 @@ import (
 // voided in the same atomic step as the change it guards.
 
 // recordScript notes a key a session read, and the lease it took, in the
-// session's record, if the session exists; an X is never downgraded.
+// session's record, if the session exists; an X is never downgraded. It
+// returns the session's start (its age for the wound-wait rule) and the
+// deadline of a wait for this lease on Redis's clock: the lease wait from
+// now, but never past the time the session's first lease expires (field
+// "f": when it was asked for), since a session that outwaits its own
+// leases is voided anyway.
 //
-// KEYS: 1 record. ARGV: 1 field ("k:<key>"), 2 mode, 3 record TTL ms.
-// Returns 1 when the session exists.
+// KEYS: 1 record. ARGV: 1 field ("k:<key>"), 2 mode, 3 record TTL ms,
+// 4 lease wait ms, 5 lease lifetime ms.
+// Returns 0 when the session does not exist, else {start, deadline, first}
+// where first is 1 when this is the session's first lease.
 var recordScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= 'X' then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
+local deadline, first = now + tonumber(ARGV[4]), 0
+local f = tonumber(redis.call('HGET', KEYS[1], 'f'))
+if f then
+  deadline = math.min(deadline, f + tonumber(ARGV[5]))
+else
+  redis.call('HSET', KEYS[1], 'f', now)
+  first = 1
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+return {tonumber(redis.call('HGET', KEYS[1], '_')) or 0, deadline, first}
 `)
 
 // readScript reads a cache entry, taking the session's lease first and,
@@ -31,34 +48,29 @@ return 1
 // through the mapped session can be installed exactly when no commit
 // changed the key in between (every such commit voids the I lease).
 //
-// KEYS: 1 lease record, 2 entry, 3 mapping. ARGV: 1 session ("" none),
-// 2 mode ("S", "X" or "" for none), 3 lifetime ms, 4 I token.
-// Returns {-1, conflict} when the lease is refused, {1, value} on a hit,
-// {0, mapped seq, filler 0/1} on a miss.
+// The session's lease is asked for with lease_request: granted (wounding
+// younger X holders), queued behind the key's holders and earlier waiters
+// (the caller runs the script again after a release or a pause, with the
+// same deadline), refused (a golden S) or out of time.
+//
+// KEYS: 1 lease record, 2 entry, 3 mapping, 4 wait queue. ARGV: 1 session
+// ("" none), 2 mode ("S", "X" or "" for none), 3 lifetime ms, 4 I token,
+// 5 session start, 6 wait deadline ms.
+// Returns {-1, conflict} when the lease is refused, {-2, conflict} when the
+// session waits, {-3, conflict} when its wait is over; {1, value} on a
+// hit, {0, mapped seq, filler 0/1} on a miss.
 var readScript = redis.NewScript(lease.Lua + `
 local now = lease_now()
 local sid, mode, life = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ls = lease_load(KEYS[1], KEYS[2], now)
 if mode ~= '' then
-  local ok, m, conflict, void = lease_decide(ls, sid, mode)
-  if not ok then
+  -- voided fillers leave ls, so they do not count below
+  local v, m = lease_request(KEYS[1], KEYS[4], ls, now, sid, mode, tonumber(ARGV[5]), tonumber(ARGV[6]), life)
+  if v ~= 'granted' then
     lease_keep(KEYS[1], KEYS[2], now)
-    return {-1, conflict}
-  end
-  lease_void(KEYS[1], void)
-  local mine = lease_held(ls, sid)
-  local exp = now + life
-  local golden = false
-  if mine and mine.mode == m then
-    exp = math.max(exp, mine.exp)
-    golden = mine.golden
-  end
-  lease_set(KEYS[1], sid, m, golden, exp)
-  -- a voided filler must not count below
-  for _, h in ipairs(void) do
-    for i, l in ipairs(ls) do
-      if l.holder == h then table.remove(ls, i) break end
-    end
+    if v == 'refused' then return {-1, m} end
+    if v == 'wait' then return {-2, m} end
+    return {-3, m}
   end
 end
 local v = redis.call('GET', KEYS[2])
@@ -113,24 +125,29 @@ return done
 // KEYS: 1 registry, 2 queue, 3 counter, 4 object, 5 stats; then per
 // written key (lease record, entry, mapping); then per key only read in
 // this partition (lease record, entry).
-// ARGV: 1 session, 2 queue name, 3 object, 4 written keys, 5 read keys;
-// then per written key: read by the session ("1"/"0"), expected entry ("*"
-// any, "-" absent, else the exact value: the patch was computed from it),
-// new entry ("-" delete), TTL ms.
+// ARGV: 1 session, 2 queue name, 3 object, 4 written keys, 5 read keys,
+// 6 session start; then per written key: read by the session ("1"/"0"),
+// expected entry ("*" any, "-" absent, else the exact value: the patch was
+// computed from it), new entry ("-" delete), TTL ms.
 // Returns {seq}; {-1, "voided", i} when the session lost its lease on key
 // i (1-based over written then read keys); {-2, conflict, i} when an X
-// lease is refused; {-3, i} when entry i is not the expected one.
+// lease is refused (an older session's X: the caller waits for it; a
+// golden S); {-3, i} when entry i is not the expected one. X leases of
+// younger sessions are wounded (lease_judge). The commit's X leases last
+// one step, so it does not queue behind the keys' waiters.
 var commitScript = redis.NewScript(lease.Lua + `
 local now = lease_now()
 local sid, queue = ARGV[1], ARGV[2]
 local nw, nr = tonumber(ARGV[4]), tonumber(ARGV[5])
+local start = tonumber(ARGV[6])
 local voids = {}
 for i = 1, nw do
-  local k, a = 6 + 3 * (i - 1), 6 + 4 * (i - 1)
+  local k, a = 6 + 3 * (i - 1), 7 + 4 * (i - 1)
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
   if ARGV[a] == '1' and not lease_held(ls, sid) then return {-1, 'voided', i} end
-  local ok, _, conflict, void = lease_decide(ls, sid, 'X')
-  if not ok then return {-2, conflict, i} end
+  local _, _, void, blocked, refused = lease_judge(ls, sid, 'X', start)
+  if refused then return {-2, 'x_on_golden_s', i} end
+  if blocked then return {-2, 'x_on_x', i} end
   local want = ARGV[a + 1]
   if want ~= '*' then
     local cur = redis.call('GET', KEYS[k + 1]) or '-'
@@ -151,7 +168,7 @@ redis.call('ZADD', KEYS[1], 'NX', now, queue)
 redis.call('HINCRBY', KEYS[5], 'sessions', 1)
 redis.call('HINCRBY', KEYS[5], 'bytes', #ARGV[3] + #entry)
 for i = 1, nw do
-  local k, a = 6 + 3 * (i - 1), 6 + 4 * (i - 1)
+  local k, a = 6 + 3 * (i - 1), 7 + 4 * (i - 1)
   lease_void(KEYS[k], voids[i])
   redis.call('HDEL', KEYS[k], sid)
   local new = ARGV[a + 2]

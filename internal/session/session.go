@@ -58,9 +58,13 @@ type PrefixApplier interface {
 
 // Config tunes the service.
 type Config struct {
-	Prefix         string
-	Partitions     int
-	LeaseLifetime  time.Duration // S, X and I leases
+	Prefix        string
+	Partitions    int
+	LeaseLifetime time.Duration // S, X and I leases
+	// LeaseWait bounds how long a session waits for a lease another holds
+	// (writeback.leaseWait; 0: DefaultLeaseWait); never past the expiry of
+	// the session's first lease.
+	LeaseWait      time.Duration
 	SessionTimeout time.Duration // a session not committed or aborted within it is forgotten
 	Replicas       int           // WAIT for this many replicas before acknowledging a commit
 	ReplicaTimeout time.Duration
@@ -80,6 +84,7 @@ type Service struct {
 	m      *metrics.Sessions
 	base   *metrics.Metrics
 	log    *slog.Logger
+	wakes  wakeups // of requests waiting for leases this process releases
 
 	// Applier applies queue prefixes for misses; set before serving.
 	Applier PrefixApplier
@@ -95,6 +100,9 @@ func New(rdb redis.UniversalClient, cfg Config, fams map[string]*Family, maps *m
 	}
 	if cfg.ReplicaTimeout <= 0 {
 		cfg.ReplicaTimeout = 2 * time.Second
+	}
+	if cfg.LeaseWait <= 0 {
+		cfg.LeaseWait = DefaultLeaseWait
 	}
 	return &Service{rdb: rdb, keys: NewKeys(cfg.Prefix, cfg.Partitions), cfg: cfg, fams: fams, maps: maps,
 		leases: lease.NewClient(rdb), m: m, base: base, log: log}
@@ -129,7 +137,7 @@ func validID(id string) bool {
 func (s *Service) Begin(ctx context.Context) (string, error) {
 	id := newID()
 	pipe := s.rdb.Pipeline()
-	pipe.HSet(ctx, s.keys.Record(id), "_", time.Now().UnixMilli())
+	pipe.HSet(ctx, s.keys.Record(id), "_", time.Now().UnixMicro()) // its start, µs: its age for the wound-wait rule
 	pipe.PExpire(ctx, s.keys.Record(id), s.cfg.SessionTimeout)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return "", fmt.Errorf("session: begin: %w", err)
@@ -184,22 +192,25 @@ func (s *Service) resolve(key string) (ref, error) {
 	return r, nil
 }
 
-// readAttempts bounds the tries of a read whose lease is refused: a few
-// short backoffs ride out a commit in progress; longer conflicts abort.
+// readAttempts bounds the tries of a read whose lease is refused by a
+// golden S (a commit in progress): a few short backoffs ride it out;
+// longer conflicts abort.
 const readAttempts = 4
 
 // Read returns the value of a mapped cache key. In a session (id not
 // empty) it first takes an S lease on it (X with forUpdate), which the
-// commit validates; a refused lease aborts the session (AbortedError). On
-// a miss it applies the key's queue through the last pending session the
-// key depends on, loads the value through the mapping and installs it
-// under an I lease.
+// commit validates, waiting for a conflicting lease under the wound-wait
+// rule (package lease) for at most Config.LeaseWait; a lease not granted
+// within it aborts the session (AbortedError). On a miss it applies the
+// key's queue through the last pending session the key depends on, loads
+// the value through the mapping and installs it under an I lease.
 func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (json.RawMessage, error) {
 	r, err := s.resolve(key)
 	if err != nil {
 		return nil, err
 	}
 	mode := ""
+	var wp waitPlan
 	if id != "" {
 		if !validID(id) {
 			return nil, ErrUnknownSession
@@ -208,29 +219,52 @@ func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (jso
 		if forUpdate {
 			mode = string(lease.Exclusive)
 		}
-		ok, err := recordScript.Run(ctx, s.rdb, []string{s.keys.Record(id)}, "k:"+key, mode, s.cfg.SessionTimeout.Milliseconds()).Int64()
-		if err != nil {
-			return nil, fmt.Errorf("session: read: %w", err)
-		}
-		if ok == 0 {
-			return nil, ErrUnknownSession
+		if wp, err = s.note(ctx, id, key, mode); err != nil {
+			return nil, err
 		}
 	} else if forUpdate {
 		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
 	}
-	keys := []string{s.keys.Lease(r.part, key), s.keys.Entry(r.part, key), s.keys.Mapping(r.part, key)}
-	for attempt := 1; ; attempt++ {
+	lk := s.keys.LeaseKey(r.part, key)
+	keys := []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, key), lk.Wait}
+	w := lease.Waiter{ID: id, Start: wp.start, Deadline: wp.deadline}
+	if mode != "" {
+		w.Mode = lease.Mode(mode[0])
+	}
+	since, waits, refusals := time.Now(), 0, 0
+	for {
 		tok := newToken()
-		v, err := readScript.Run(ctx, s.rdb, keys, id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok).Slice()
+		var woke <-chan struct{}
+		if mode != "" {
+			woke = s.wakes.watch(lk.Lease)
+		}
+		v, err := readScript.Run(ctx, s.rdb, keys, id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, wp.start, wp.deadline).Slice()
 		if err != nil {
+			if waits > 0 {
+				s.leave(ctx, lk, w)
+			}
 			return nil, fmt.Errorf("session: read: %w", err)
 		}
-		switch code, _ := v[0].(int64); code {
-		case -1:
+		code, _ := v[0].(int64)
+		if code >= 0 && waits > 0 {
+			s.waited(ctx, id, wp, since, lk.Lease)
+		}
+		switch code {
+		case -2: // queued: wait for a release, or poll
+			if waits++; waits == 1 {
+				conflict, _ := v[1].(string)
+				s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
+			}
+			if err := pause(ctx, woke, waits); err != nil {
+				s.leave(ctx, lk, w)
+				return nil, err
+			}
+			continue
+		case -1, -3:
 			conflict, _ := v[1].(string)
 			s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
-			if attempt < readAttempts {
-				if err := sleep(ctx, lease.Backoff(time.Millisecond, s.cfg.LeaseLifetime/8, attempt)); err != nil {
+			if refusals++; code == -1 && refusals < readAttempts {
+				if err := sleep(ctx, lease.Backoff(time.Millisecond, s.cfg.LeaseLifetime/8, refusals)); err != nil {
 					return nil, err
 				}
 				continue
@@ -239,7 +273,11 @@ func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (jso
 			if id != "" {
 				s.abortQuietly(id, metrics.AbortConflict)
 			}
-			return nil, &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: key}
+			ae := &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: key}
+			if code == -3 {
+				ae.Waited = time.Since(since)
+			}
+			return nil, ae
 		case 1:
 			s.m.Reads.WithLabelValues("hit").Inc()
 			val, _ := v[1].(string)
@@ -321,17 +359,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// record returns the keys a session read and the lease mode of each.
-func (s *Service) record(ctx context.Context, id string) (map[string]string, error) {
+// record returns the keys a session read and the lease mode of each, and
+// the session's start (its age for the wound-wait rule).
+func (s *Service) record(ctx context.Context, id string) (map[string]string, int64, error) {
 	if !validID(id) {
-		return nil, ErrUnknownSession
+		return nil, 0, ErrUnknownSession
 	}
 	h, err := s.rdb.HGetAll(ctx, s.keys.Record(id)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("session: %w", err)
+		return nil, 0, fmt.Errorf("session: %w", err)
 	}
 	if len(h) == 0 {
-		return nil, ErrUnknownSession
+		return nil, 0, ErrUnknownSession
 	}
 	out := map[string]string{}
 	for f, mode := range h {
@@ -339,7 +378,8 @@ func (s *Service) record(ctx context.Context, id string) (map[string]string, err
 			out[k] = mode
 		}
 	}
-	return out, nil
+	start, _ := strconv.ParseInt(h["_"], 10, 64)
+	return out, start, nil
 }
 
 // byPartition groups the session's read keys by partition, each group
@@ -373,7 +413,7 @@ func (s *Service) leaseKeys(p int, keys []string) []lease.Key {
 // commits, aborts or its leases expire. A session whose lease was voided
 // is aborted (AbortedError).
 func (s *Service) Validate(ctx context.Context, id string) error {
-	read, err := s.record(ctx, id)
+	read, _, err := s.record(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -393,7 +433,7 @@ func (s *Service) Validate(ctx context.Context, id string) error {
 
 // Abort releases the session's leases and forgets it.
 func (s *Service) Abort(ctx context.Context, id string) error {
-	read, err := s.record(ctx, id)
+	read, _, err := s.record(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -407,18 +447,23 @@ func (s *Service) Abort(ctx context.Context, id string) error {
 func (s *Service) abortQuietly(id, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if read, err := s.record(ctx, id); err == nil {
+	if read, _, err := s.record(ctx, id); err == nil {
 		s.release(ctx, id, read)
 	}
 	s.m.Aborts.WithLabelValues(reason).Inc()
 }
 
-// release gives up every lease of the session and deletes its record.
-// Failures are logged: the leases expire anyway.
+// release gives up every lease of the session and deletes its record,
+// waking the requests of this process waiting for them. Failures are
+// logged: the leases expire anyway.
 func (s *Service) release(ctx context.Context, id string, read map[string]string) {
 	for p, keys := range s.byPartition(read) {
-		if err := s.leases.Release(ctx, s.leaseKeys(p, keys), id); err != nil {
+		lks := s.leaseKeys(p, keys)
+		if err := s.leases.Release(ctx, lks, id); err != nil {
 			s.log.Debug("releasing a session's leases", "err", err)
+		}
+		for _, k := range lks {
+			s.wakes.wake(k.Lease)
 		}
 	}
 	if err := s.rdb.Del(ctx, s.keys.Record(id)).Err(); err != nil {

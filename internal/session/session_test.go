@@ -75,7 +75,7 @@ func (w *world) ApplyThrough(_ context.Context, _ string, seq int64) error {
 	return nil
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T, tune ...func(*Config)) *world {
 	t.Helper()
 	w := &world{rdb: redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})}
 	prefix := testenv.UniqueName(t, "sess")
@@ -98,7 +98,11 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	fams := map[string]*Family{"f": {Name: "f", StoreName: "db", Store: fakeStore{}, Tables: []string{"t"}}}
-	w.svc = New(w.rdb, Config{Prefix: prefix, Partitions: 4, LeaseLifetime: time.Second}, fams, set,
+	cfg := Config{Prefix: prefix, Partitions: 4, LeaseLifetime: time.Second}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	w.svc = New(w.rdb, cfg, fams, set,
 		metrics.NewSessions(nil), metrics.New(nil), slog.New(slog.DiscardHandler))
 	w.svc.Applier = w
 	return w

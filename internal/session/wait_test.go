@@ -1,0 +1,273 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/writeback/writeback/internal/lease"
+)
+
+// beginAt begins a session whose start (its age for the wound-wait rule)
+// is ms, so that tests choose who is older.
+func (w *world) beginAt(t *testing.T, ms int64) string {
+	t.Helper()
+	id, err := w.svc.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.rdb.HSet(context.Background(), w.svc.Keys().Record(id), "_", ms).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// leaseKey is the lease record, entry and wait queue of a test key of
+// queue f/1.
+func (w *world) leaseKey(key string) lease.Key {
+	return w.svc.Keys().LeaseKey(w.svc.Keys().Partition("f/1"), key)
+}
+
+// commitKey commits session id setting key (queue f/1) to v.
+func (w *world) commitKey(id, key, v string) error {
+	_, err := w.svc.Commit(context.Background(), id, CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: key, Set: json.RawMessage(v)}}})
+	return err
+}
+
+// waitUntil polls cond until it holds or 5 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (w *world) waiters(t *testing.T, key string) []lease.Waiter {
+	t.Helper()
+	ws, err := lease.Waiters(context.Background(), w.rdb, w.leaseKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// Three sessions queue for the X lease another session holds; each is
+// granted in arrival order when the one before it commits, and only then.
+func TestSessionWaitGrantsFIFO(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 10*time.Second, 10*time.Second })
+	ctx := context.Background()
+	const key = "k:1:a"
+	holder := w.beginAt(t, 1000)
+	if _, err := w.svc.Read(ctx, holder, key, true); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{w.beginAt(t, 2000), w.beginAt(t, 3000), w.beginAt(t, 4000)}
+	granted := make(chan string, len(ids))
+	for i, id := range ids {
+		go func() {
+			if _, err := w.svc.Read(ctx, id, key, true); err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+			}
+			granted <- id
+		}()
+		waitUntil(t, "the waiter to queue", func() bool { return len(w.waiters(t, key)) == i+1 })
+	}
+	if err := w.commitKey(holder, key, `{"v":"h"}`); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range ids {
+		select {
+		case got := <-granted:
+			if got != want {
+				t.Fatalf("grant %d went to %s, want %s (arrival order)", i, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("grant %d never came", i)
+		}
+		held, err := lease.Held(ctx, w.rdb, w.leaseKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) != 1 || held[0].Holder != want || held[0].Mode != lease.Exclusive {
+			t.Fatalf("after grant %d the key's leases are %+v; want only %s's X", i, held, want)
+		}
+		if n := len(w.waiters(t, key)); n != len(ids)-i-1 {
+			t.Fatalf("after grant %d, %d waiters remain; want %d", i, n, len(ids)-i-1)
+		}
+		if err := w.commitKey(want, key, `{"v":"`+want+`"}`); err != nil {
+			t.Fatalf("commit of waiter %d: %v", i, err)
+		}
+	}
+}
+
+// Two sessions each hold one key for update and ask for the other's: the
+// older wounds the younger and commits; the younger, which waits for the
+// older, is aborted with a 409; nobody hangs.
+func TestSessionWoundBreaksCycle(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 10*time.Second, 10*time.Second })
+	ctx := context.Background()
+	older, younger := w.beginAt(t, 1000), w.beginAt(t, 2000)
+	for id, key := range map[string]string{older: "k:1:a", younger: "k:1:b"} {
+		if _, err := w.svc.Read(ctx, id, key, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both := func(id string) error {
+		other := map[string]string{older: "k:1:b", younger: "k:1:a"}[id]
+		if _, err := w.svc.Read(ctx, id, other, true); err != nil {
+			return err
+		}
+		_, err := w.svc.Commit(ctx, id, CommitRequest{Queue: "f/1", Cache: []CacheChange{
+			{Key: "k:1:a", Set: json.RawMessage(`{"v":"` + id + `"}`)}, {Key: "k:1:b", Set: json.RawMessage(`{"v":"` + id + `"}`)}}})
+		return err
+	}
+	start := time.Now()
+	errs := make(chan error, 1)
+	go func() { errs <- both(younger) }()
+	waitUntil(t, "the younger session to wait", func() bool { return len(w.waiters(t, "k:1:a")) == 1 })
+	if err := both(older); err != nil {
+		t.Fatalf("the older session: %v; it wounds the younger and commits", err)
+	}
+	select {
+	case err := <-errs:
+		var ae *AbortedError
+		if !errors.As(err, &ae) {
+			t.Fatalf("the younger session: %v; want a 409 (AbortedError)", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the younger session hangs")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the cycle took %s to break; the wound should break it at once", d)
+	}
+	v, err := w.svc.Read(ctx, "", "k:1:b", false)
+	if err != nil || string(v) != `{"v":"`+older+`"}` {
+		t.Errorf("k:1:b = %s (%v); want the older session's value", v, err)
+	}
+}
+
+// A waiter whose wait bound passes is aborted (409) and leaves no entry in
+// the key's wait queue; its bound never outlasts its own first lease.
+func TestSessionWaitBound(t *testing.T) {
+	ctx := context.Background()
+	t.Run("leaseWait", func(t *testing.T) {
+		w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 300*time.Millisecond, 10*time.Second })
+		holder, waiter := w.beginAt(t, 1000), w.beginAt(t, 2000)
+		if _, err := w.svc.Read(ctx, holder, "k:1:a", true); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err := w.svc.Read(ctx, waiter, "k:1:a", false)
+		var ae *AbortedError
+		if !errors.As(err, &ae) || ae.Waited <= 0 || ae.Conflict != lease.SharedOnExclusive {
+			t.Fatalf("the waiter got %v; want a 409 after waiting (s_on_x)", err)
+		}
+		if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
+			t.Errorf("the waiter gave up after %s; want about the 300ms lease wait", d)
+		}
+		if n, _ := w.rdb.Exists(ctx, w.leaseKey("k:1:a").Wait).Result(); n != 0 {
+			t.Errorf("the wait queue is left behind: %+v", w.waiters(t, "k:1:a"))
+		}
+		if _, err := w.svc.Read(ctx, waiter, "k:1:b", false); !errors.Is(err, ErrUnknownSession) {
+			t.Errorf("the timed-out session still reads (%v); it is aborted", err)
+		}
+		if err := w.commitKey(holder, "k:1:a", `{"v":1}`); err != nil {
+			t.Errorf("the holder's commit: %v", err)
+		}
+	})
+	t.Run("own first lease", func(t *testing.T) {
+		w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 5*time.Second, 400*time.Millisecond })
+		// An older holder that keeps its lease (a lease set directly, far
+		// from expiry), so only the waiter's own budget can end its wait.
+		k := w.leaseKey("k:1:a")
+		if err := lease.Set(ctx, w.rdb, k, lease.Lease{Holder: "h", Mode: lease.Exclusive, Expires: time.Now().Add(time.Minute), Start: 1}); err != nil {
+			t.Fatal(err)
+		}
+		waiter := w.beginAt(t, 2000)
+		if _, err := w.svc.Read(ctx, waiter, "k:1:b", false); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err := w.svc.Read(ctx, waiter, "k:1:a", true)
+		var ae *AbortedError
+		if !errors.As(err, &ae) {
+			t.Fatalf("the waiter got %v; want a 409", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the waiter waited %s, past its own 400ms lease", d)
+		}
+		if ws := w.waiters(t, "k:1:a"); len(ws) != 0 {
+			t.Errorf("waiters left behind: %+v", ws)
+		}
+	})
+}
+
+// A holder that dies (never commits nor aborts) keeps its waiters out only
+// until its lease expires: then the first waiter is granted.
+func TestSessionWaitOutlivesCrashedHolder(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 5*time.Second, 400*time.Millisecond })
+	ctx := context.Background()
+	dead, waiter := w.beginAt(t, 1000), w.beginAt(t, 2000)
+	if _, err := w.svc.Read(ctx, dead, "k:1:a", true); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := w.svc.Read(ctx, waiter, "k:1:a", true); err != nil {
+		t.Fatalf("the waiter: %v; want the lease once the dead holder's expired", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 3*time.Second {
+		t.Errorf("the waiter was granted after %s; want about the holder's 400ms lease", d)
+	}
+	if err := w.commitKey(waiter, "k:1:a", `{"v":2}`); err != nil {
+		t.Errorf("the waiter's commit: %v", err)
+	}
+	if ws := w.waiters(t, "k:1:a"); len(ws) != 0 {
+		t.Errorf("waiters left behind: %+v", ws)
+	}
+}
+
+// A commit that writes a key an older session holds for update waits for
+// it (and then commits after it); one that writes a key a younger session
+// holds wounds it.
+func TestSessionCommitWaitsOrWounds(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 10*time.Second, 10*time.Second })
+	ctx := context.Background()
+	older, younger := w.beginAt(t, 1000), w.beginAt(t, 2000)
+	if _, err := w.svc.Read(ctx, older, "k:1:a", true); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.commitKey(younger, "k:1:a", `{"v":"younger"}`) }()
+	waitUntil(t, "the younger commit to wait", func() bool { return len(w.waiters(t, "k:1:a")) == 1 })
+	if err := w.commitKey(older, "k:1:a", `{"v":"older"}`); err != nil {
+		t.Fatalf("the older commit: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the younger commit, after waiting: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the younger commit hangs")
+	}
+	if v, err := w.svc.Read(ctx, "", "k:1:a", false); err != nil || string(v) != `{"v":"younger"}` {
+		t.Errorf("k:1:a = %s (%v); the younger commit comes last", v, err)
+	}
+
+	older, younger = w.beginAt(t, 3000), w.beginAt(t, 4000)
+	if _, err := w.svc.Read(ctx, younger, "k:1:b", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.commitKey(older, "k:1:b", `{"v":"older"}`); err != nil {
+		t.Fatalf("the older commit on a younger X: %v; it wounds it", err)
+	}
+	var ae *AbortedError
+	if err := w.commitKey(younger, "k:1:b", `{"v":"younger"}`); !errors.As(err, &ae) || ae.Reason != ReasonVoided {
+		t.Errorf("the wounded session's commit: %v; want a 409 (voided)", err)
+	}
+}
