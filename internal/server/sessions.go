@@ -67,6 +67,7 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		Prefix:         cfg.Redis.KeyPrefix,
 		Partitions:     wb.Partitions,
 		LeaseLifetime:  wb.LeaseLifetime.Duration,
+		LeaseWait:      wb.LeaseWait.Duration,
 		SessionTimeout: wb.SessionTimeout.Duration,
 		Replicas:       cfg.Redis.Replicas,
 		ReplicaTimeout: replicaTimeout,
