@@ -54,6 +54,7 @@ bench: services
 	$(GO) run ./benchmarks/cmd/bg $(BENCH_SIZE) $(BGFLAGS)
 	$(GO) run ./benchmarks/cmd/tpcc $(BENCH_SIZE) $(TPCCFLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(BENCHFLAGS) ./benchmarks/
+	$(GO) test -run '^$$' -bench BenchmarkWriteBatchConcurrent -benchtime $(BENCHTIME) $(BENCHFLAGS) ./internal/buffer/
 
 fuzz:
 	$(call run_fuzz,$(FUZZTIME_LONG))
