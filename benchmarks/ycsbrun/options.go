@@ -71,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.updateAll, "update-all", false, "an update sets every field of the record, as in the paper (default: one random field, as YCSB's core workload)")
 	fs.IntVar(&o.scanLength, "scan-length", 5, "records per scan of workload S")
 	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
-	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 1s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
+	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 0.5s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loaded values and of the workloads")
 	fs.BoolVar(&o.compare, "compare", true, "run the policy comparison (false: only the sweep)")
 	sweep := fs.String("sweep-workers", "", "applier sweep (paper's Figure 5): write-back runs with each of these writeback.workers values, e.g. 1,2,4,8,16 (empty: no sweep)")
@@ -88,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	if o.quick {
-		quick := map[string]string{"records": "5000", "duration": "2s", "warmup": "1s", "sweep-workers": "1,4,16"}
+		quick := map[string]string{"records": "5000", "duration": "2s", "warmup": "500ms", "sweep-workers": "1,4,16"}
 		if err := bench.QuickDefaults(fs, quick); err != nil {
 			return nil, err
 		}

@@ -243,7 +243,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.records != 5_000 || o.duration != 2*time.Second || o.warmup != time.Second || fmt.Sprint(o.sweepWorkers) != "[1 4 16]" ||
+	if o.records != 5_000 || o.duration != 2*time.Second || o.warmup != 500*time.Millisecond || fmt.Sprint(o.sweepWorkers) != "[1 4 16]" ||
 		fmt.Sprint(o.stores) != "[postgres]" || len(o.policies) != len(bench.Policies) || fmt.Sprint(o.workloads) != "[A B C S]" {
 		t.Errorf("--quick: %+v", o)
 	}
