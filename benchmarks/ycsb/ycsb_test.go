@@ -1,11 +1,11 @@
 package ycsb
 
 import (
-	"encoding/binary"
-	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -78,19 +78,86 @@ func TestScrambledZipfianSkew(t *testing.T) {
 	}
 }
 
-// fnvHash64 is FNV-1a over the little-endian bytes, then Java's Math.abs.
-func TestFNVHash64(t *testing.T) {
-	for _, v := range []int64{0, 1, 2, 255, 256, 1 << 40, zipfianItems} {
-		h := fnv.New64a()
-		_ = binary.Write(h, binary.LittleEndian, v)
-		want := int64(h.Sum64())
-		if want < 0 {
-			want = -want
+// Uniform draws must spread evenly: 1 000 000 draws over 100 records give
+// each about 10 000 (a binomial standard deviation of 99.5); every count
+// within ±5 % (±5 σ) and a chi-square statistic (99 degrees of freedom,
+// mean 99, sd 14) below 160.
+func TestUniformSpread(t *testing.T) {
+	const n, draws = 100, 1_000_000
+	c, err := NewChooser("uniform", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	counts := make([]int, n)
+	for range draws {
+		counts[c.Next(r)]++
+	}
+	want := float64(draws) / n
+	chi2 := 0.0
+	for rec, got := range counts {
+		if d := float64(got) - want; d > 0.05*want || d < -0.05*want {
+			t.Errorf("record %d drawn %d times, want %.0f ± 5 %%", rec, got, want)
 		}
-		if got := fnvHash64(v); got != uint64(want) {
-			t.Errorf("fnvHash64(%d) = %#x, want %#x", v, got, want)
+		chi2 += (float64(got) - want) * (float64(got) - want) / want
+	}
+	if chi2 > 160 {
+		t.Errorf("chi-square %.1f over 99 degrees of freedom; the draws are not uniform", chi2)
+	}
+}
+
+// The zipfian's ranks must follow YCSB's law, P(item k) = 1/k^0.99 / zetan
+// over its ten billion items: the hottest k records take about
+// zeta(k, 0.99) / zetan of the draws — 3.8 % for k = 1, 11 % for 10, 20 %
+// for 100, 29 % for 1 000 (1 % of the records; a uniform draw gives them
+// 1 %). Hashing the items onto 100 000 records only adds to a record's
+// count (other items land on it), so the shares may run up to a fifth
+// over, never more than noise under.
+func TestScrambledZipfianRanks(t *testing.T) {
+	const n, draws = 100_000, 1_000_000
+	z := NewScrambledZipfian(n)
+	r := rand.New(rand.NewPCG(9, 10))
+	counts := make([]int, n)
+	for range draws {
+		counts[z.Next(r)]++
+	}
+	slices.SortFunc(counts, func(a, b int) int { return b - a })
+	const zetan = 26.46902820178302 // YCSB's zeta(1e10+1, 0.99)
+	zeta, got := 0.0, 0
+	for k := 1; k <= 1000; k++ {
+		zeta += 1 / math.Pow(float64(k), ZipfianConstant)
+		got += counts[k-1]
+		if k != 1 && k != 10 && k != 100 && k != 1000 {
+			continue
+		}
+		want := zeta / zetan
+		share := float64(got) / draws
+		t.Logf("hottest %d: %.2f %% of the draws, law %.2f %%", k, 100*share, 100*want)
+		if share < 0.97*want || share > 1.2*want {
+			t.Errorf("the hottest %d records took %.2f %% of the draws; YCSB's law gives %.2f %%", k, 100*share, 100*want)
 		}
 	}
+}
+
+// One chooser serves every client goroutine (go test -race: go-ycsb's
+// generator is not safe for concurrent use on its own).
+func TestScrambledZipfianConcurrent(t *testing.T) {
+	z := NewScrambledZipfian(1000)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 10_000 {
+				if v := z.Next(r); v < 0 || v >= 1000 {
+					t.Errorf("Next() = %d", v)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestRandomValue(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,10 +23,12 @@ type options struct {
 	records        int64
 	fields         int
 	fieldSize      int
-	threads        int
+	threads        []int // client counts, each a set of runs
 	duration       time.Duration
 	warmup         time.Duration
-	distribution   string
+	distributions  []string        // of the keys, each a set of runs
+	caches         []string        // cold and/or warm: the sidecar's cache when a run starts
+	latencies      []time.Duration // added each way between the benchmark and the store; 0 = direct
 	updateAll      bool
 	scanLength     int
 	out            string
@@ -59,14 +62,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.records, "records", 100_000, "records in the table")
 	fs.IntVar(&o.fields, "fields", 10, "fields per record")
 	fs.IntVar(&o.fieldSize, "field-size", 100, "bytes per field value")
-	fs.IntVar(&o.threads, "threads", 8, "concurrent clients, each issuing one operation at a time")
+	threads := fs.String("threads", "8", "concurrent clients, each issuing one operation at a time; a comma-separated list (e.g. 8,16) runs each")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time per run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up of each run, after its cache warming and before the measured time")
-	fs.StringVar(&o.distribution, "distribution", "uniform", "record popularity: uniform (the paper's default) or zipfian (YCSB's scrambled zipfian, 0.99)")
+	dists := fs.String("distribution", "uniform,zipfian", "record popularity, comma-separated: uniform (the paper's) and/or zipfian (YCSB's default: scrambled zipfian, constant 0.99)")
+	caches := fs.String("cache", "cold,warm", "the sidecar's cache when a run starts, comma-separated: cold (its entries dropped, no warm-up: measured from the first miss) and/or warm (every record read first); the database alone runs once either way")
+	latencies := fs.String("store-latency", "0", "delay added each way between the benchmark (clients and sidecar) and the store by an in-process toxiproxy, whole milliseconds, comma-separated (e.g. 0,1ms runs both); 0: direct; Redis stays local")
 	fs.BoolVar(&o.updateAll, "update-all", false, "an update sets every field of the record, as in the paper (default: one random field, as YCSB's core workload)")
 	fs.IntVar(&o.scanLength, "scan-length", 5, "records per scan of workload S")
 	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
-	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 1s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
+	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 0.5s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loaded values and of the workloads")
 	fs.BoolVar(&o.compare, "compare", true, "run the policy comparison (false: only the sweep)")
 	sweep := fs.String("sweep-workers", "", "applier sweep (paper's Figure 5): write-back runs with each of these writeback.workers values, e.g. 1,2,4,8,16 (empty: no sweep)")
@@ -83,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	if o.quick {
-		quick := map[string]string{"records": "5000", "duration": "2s", "warmup": "1s", "sweep-workers": "1,4,16"}
+		quick := map[string]string{"records": "5000", "duration": "2s", "warmup": "500ms", "sweep-workers": "1,4,16"}
 		if err := bench.QuickDefaults(fs, quick); err != nil {
 			return nil, err
 		}
@@ -110,14 +115,27 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.policies, err = bench.ParsePolicies(*policies); err != nil {
 		return nil, fmt.Errorf("--policies: %w", err)
 	}
+	if o.distributions, err = bench.ParseList("--distribution", *dists, ycsb.Distributions); err != nil {
+		return nil, err
+	}
+	if o.caches, err = bench.ParseList("--cache", *caches, cacheStates); err != nil {
+		return nil, err
+	}
+	if o.latencies, err = parseLatencies(*latencies); err != nil {
+		return nil, err
+	}
+	if o.threads, err = bench.ParseInts("--threads", *threads, 1024); err != nil {
+		return nil, err
+	}
+	if len(o.threads) == 0 {
+		return nil, errors.New("--threads: none given; use a number of clients, e.g. 8 or 8,16")
+	}
 	if o.sweepWorkers, err = bench.ParseInts("--sweep-workers", *sweep, 256); err != nil {
 		return nil, err
 	}
 	switch {
-	case o.threads < 1:
-		return nil, fmt.Errorf("--threads %d: need at least one", o.threads)
-	case o.records < int64(o.threads):
-		return nil, fmt.Errorf("--records %d: need at least one per thread (%d)", o.records, o.threads)
+	case o.records < int64(slices.Max(o.threads)):
+		return nil, fmt.Errorf("--records %d: need at least one per thread (%d)", o.records, slices.Max(o.threads))
 	case o.duration <= 0 || o.warmup < 0:
 		return nil, errors.New("--duration must be positive and --warmup not negative")
 	case o.batchSize < 0:
@@ -130,10 +148,43 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := o.spec().Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := ycsb.NewChooser(o.distribution, o.records); err != nil {
-		return nil, fmt.Errorf("--distribution: %w", err)
-	}
 	return o, nil
+}
+
+// Cache states of a run: the sidecar's cache dropped (cold) or filled by a
+// read pass (warm); none for the database alone, which has no cache.
+const (
+	cacheCold = "cold"
+	cacheWarm = "warm"
+	cacheNone = "none"
+)
+
+var cacheStates = []string{cacheCold, cacheWarm}
+
+// parseLatencies parses --store-latency: durations ("1ms") or 0, each a
+// whole number of milliseconds, in the order given.
+func parseLatencies(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, x := range strings.Split(s, ",") {
+		x = strings.TrimSpace(x)
+		if x == "" {
+			continue
+		}
+		d, err := time.ParseDuration(x)
+		if err != nil {
+			return nil, fmt.Errorf("--store-latency: %q is not a duration; write e.g. 0 or 1ms", x)
+		}
+		if err := bench.ValidateLatency(d); err != nil {
+			return nil, fmt.Errorf("--store-latency: %w", err)
+		}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--store-latency: none given; use 0 (direct) or a delay such as 1ms")
+	}
+	return out, nil
 }
 
 func (o *options) spec() ycsb.Spec {

@@ -12,35 +12,62 @@ import (
 // names in rep.Files (print shows them).
 func (rep *report) write(dir string) error {
 	rep.Ratios = rep.ratios()
+	rep.SideBySide = rep.sideBySide()
 	store := rep.Settings.Store
 	path := func(suffix string) string { return filepath.Join(dir, "ycsb-"+store+suffix) }
 	var files []string
 	if len(rep.Runs) > 0 {
-		var groups []string
+		var workloads []string
 		for _, r := range rep.Runs {
-			if !slices.Contains(groups, r.Workload) {
-				groups = append(groups, r.Workload)
+			if !slices.Contains(workloads, r.Workload) {
+				workloads = append(workloads, r.Workload)
 			}
 		}
-		var series []bench.Series
-		for _, p := range bench.Policies {
-			if !slices.Contains(rep.Settings.Policies, p) {
-				continue
-			}
-			s := bench.Series{Name: p, Y: make([]float64, len(groups))}
-			for i, g := range groups {
-				if r := rep.find(g, p); r != nil {
-					s.Y[i] = r.Throughput
+		// One bar chart per distribution, store latency and number of
+		// threads; a group per workload and cache state (the database
+		// alone, which has no cache, shows the same bar in both).
+		st := rep.Settings
+		for _, l := range st.StoreLatencyMs {
+			for _, th := range st.Threads {
+				for _, d := range st.Distributions {
+					var groups []string
+					var vs []Variant
+					for _, wl := range workloads {
+						for _, c := range st.Caches {
+							groups = append(groups, wl+" "+c)
+							vs = append(vs, Variant{Distribution: d, Cache: c, StoreLatencyMs: l, Threads: th})
+						}
+					}
+					var series []bench.Series
+					for _, p := range bench.Policies {
+						if !slices.Contains(st.Policies, p) {
+							continue
+						}
+						s := bench.Series{Name: p, Y: make([]float64, len(groups))}
+						for i := range groups {
+							if r := rep.find(workloads[i/len(st.Caches)], p, vs[i]); r != nil {
+								s.Y[i] = r.Throughput
+							}
+						}
+						series = append(series, s)
+					}
+					title := fmt.Sprintf("YCSB throughput on %s, %s keys, %d threads", store, d, th)
+					suffix := "-throughput-" + d
+					if l > 0 {
+						title += fmt.Sprintf(", store +%d ms each way", l)
+						suffix += fmt.Sprintf("-%dms", l)
+					}
+					if len(st.Threads) > 1 {
+						suffix += fmt.Sprintf("-%dt", th)
+					}
+					f := bench.Figure{Title: title + " (n/a bars are 0)", XLabel: "workload and the sidecar's cache at the start", YLabel: "throughput (ops/s)", YFromZero: true}
+					if err := bench.Bars(path(suffix+".png"), f, groups, series); err != nil {
+						return err
+					}
+					files = append(files, path(suffix+".png"))
 				}
 			}
-			series = append(series, s)
 		}
-		f := bench.Figure{Title: fmt.Sprintf("YCSB throughput on %s (%d threads; n/a bars are 0)", store, rep.Settings.Threads),
-			XLabel: "workload", YLabel: "throughput (ops/s)", YFromZero: true}
-		if err := bench.Bars(path("-throughput.png"), f, groups, series); err != nil {
-			return err
-		}
-		files = append(files, path("-throughput.png"))
 
 		var lines []bench.Series
 		for _, r := range rep.Runs {
@@ -48,7 +75,12 @@ func (rep *report) write(dir string) error {
 			if r.Skipped != "" || r.Update.Count == 0 || len(r.PinnedOverTime) == 0 || (r.Policy != bench.WriteBack && r.Policy != bench.WriteBackRESP) {
 				continue
 			}
-			name := r.Workload
+			// The warm runs of the first store latency and number of
+			// threads: more lines would not be told apart.
+			if r.Cache != cacheWarm || r.StoreLatencyMs != st.StoreLatencyMs[0] || r.Threads != st.Threads[0] {
+				continue
+			}
+			name := r.Workload + " " + r.Distribution
 			if r.Policy == bench.WriteBackRESP {
 				name += " (RESP)"
 			}
@@ -56,7 +88,7 @@ func (rep *report) write(dir string) error {
 			lines = append(lines, bench.Series{Name: name, X: x, Y: y})
 		}
 		if len(lines) > 0 {
-			f := bench.Figure{Title: fmt.Sprintf("Pinned buffered writes during the write-back runs on %s (warm-up of %gs included)", store, rep.Settings.WarmupS),
+			f := bench.Figure{Title: fmt.Sprintf("Pinned buffered writes during the warm write-back runs on %s (warm-up of %gs included)", store, rep.Settings.WarmupS),
 				XLabel: "time since the run started (s)", YLabel: "pinned memory (KiB)", YFromZero: true}
 			o := bench.LineOptions{YMax: headroom(lines), LegendRight: true}
 			if err := bench.LinesWith(path("-pinned.png"), f, o, lines); err != nil {

@@ -15,6 +15,7 @@ type report struct {
 	Settings    settings          `json:"settings"`
 	Runs        []*Run            `json:"runs"`
 	Ratios      []ratio           `json:"ratios,omitempty"`
+	SideBySide  []sideBySide      `json:"side_by_side,omitempty"`
 	Sweep       []*Run            `json:"sweep,omitempty"`
 	Files       []string          `json:"files"`
 	Notes       []string          `json:"notes"`
@@ -25,11 +26,13 @@ type settings struct {
 	Records        int64    `json:"records"`
 	Fields         int      `json:"fields"`
 	FieldSize      int      `json:"field_size"`
-	Threads        int      `json:"threads"`
+	Threads        []int    `json:"threads"`
 	DurationS      float64  `json:"duration_s"`
 	WarmupS        float64  `json:"warmup_s"`
 	SweepDurationS float64  `json:"sweep_duration_s"`
-	Distribution   string   `json:"distribution"`
+	Distributions  []string `json:"distributions"`
+	Caches         []string `json:"caches"`
+	StoreLatencyMs []int64  `json:"store_latencies_ms"` // added each way by the proxy; 0: direct
 	UpdateAll      bool     `json:"update_all"`
 	ScanLength     int      `json:"scan_length"`
 	Workloads      []string `json:"workloads"`
@@ -40,26 +43,48 @@ type settings struct {
 	Seed           uint64   `json:"seed"`
 }
 
-// ratio is a throughput ratio of two policies on one workload.
+// ratio is a throughput ratio of two policies on one workload and variant
+// (the cache state is the first policy's; the second, the database alone,
+// may have none).
 type ratio struct {
-	Workload string  `json:"workload"`
-	Of       string  `json:"of"`
-	To       string  `json:"to"`
-	Ratio    float64 `json:"ratio"`
+	Workload string `json:"workload"`
+	Variant
+	Of    string  `json:"of"`
+	To    string  `json:"to"`
+	Ratio float64 `json:"ratio"`
+}
+
+// sideBySide is write-back's throughput over HTTP and over the Redis
+// protocol beside the database alone's, on one workload and variant.
+type sideBySide struct {
+	Workload string `json:"workload"`
+	Variant
+	Database      float64 `json:"database_ops_per_s"`
+	WriteBack     float64 `json:"write_back_ops_per_s"`
+	WriteBackRESP float64 `json:"write_back_resp_ops_per_s"`
+	// The ratios to the database alone; 0 where a run is missing.
+	WriteBackRatio     float64 `json:"write_back_ratio"`
+	WriteBackRESPRatio float64 `json:"write_back_resp_ratio"`
 }
 
 func newReport(o *options, store string) *report {
+	var lat []int64
+	for _, l := range o.latencies {
+		lat = append(lat, l.Milliseconds())
+	}
 	rep := &report{
 		Environment: bench.NewEnvironment("go run ./benchmarks/cmd/ycsb "+strings.Join(o.args, " "), o.quick),
 		Settings: settings{
 			Store: store, Records: o.records, Fields: o.fields, FieldSize: o.fieldSize, Threads: o.threads,
 			DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), SweepDurationS: o.sweepDuration.Seconds(),
-			Distribution: o.distribution, UpdateAll: o.updateAll, ScanLength: o.scanLength,
+			Distributions: o.distributions, Caches: o.caches, StoreLatencyMs: lat, UpdateAll: o.updateAll, ScanLength: o.scanLength,
 			Workloads: o.workloads, Policies: o.policies, SweepWorkers: o.sweepWorkers, SweepWorkloads: o.sweepWorkloads, Seed: o.seed,
 			BatchSize: sidecarBatch(o.batch(store)),
 		},
 		Notes: []string{
-			"Every run loads a fresh table, starts a fresh sidecar and reads every record once before its warm-up (a warm cache and buffer pool).",
+			"Every policy loads a fresh table and starts a fresh sidecar, then runs each workload with each distribution in each cache state.",
+			"cache warm: every record is read once before the warm-up (a warm cache and buffer pool); cold: the collection's cache entries are dropped from Redis and there is no warm-up (cache_entries_at_start 0), while the database's buffer pool stays warm; none: the database alone, run once.",
+			"store_latency_ms: delay added each way between the benchmark (clients and sidecar) and the store by an in-process toxiproxy latency toxic; Redis is local.",
 			"pending/pinned/applied are read when the measured window closes, before the flush; applied% = applied / (applied + pending) changes since the sidecar started.",
 			"Latencies are in milliseconds, as the client saw them, from every operation of the measured window.",
 		},
@@ -70,16 +95,26 @@ func newReport(o *options, store string) *report {
 	return rep
 }
 
-// sortRuns orders the comparison's runs by workload, then policy, in the
-// order of the flags, as the table shows them; the sweep's by workload,
-// then appliers.
+// sortRuns orders the comparison's runs by store latency, threads,
+// distribution and workload, then policy and cache state, in the order of
+// the flags, as the table shows them; the sweep's by workload, then
+// appliers.
 func (rep *report) sortRuns() {
 	wi := func(w string) int { return slices.Index(workloadNames, w) }
 	slices.SortStableFunc(rep.Runs, func(a, b *Run) int {
-		if d := wi(a.Workload) - wi(b.Workload); d != 0 {
-			return d
+		for _, d := range []int{
+			int(a.StoreLatencyMs - b.StoreLatencyMs),
+			slices.Index(rep.Settings.Threads, a.Threads) - slices.Index(rep.Settings.Threads, b.Threads),
+			slices.Index(rep.Settings.Distributions, a.Distribution) - slices.Index(rep.Settings.Distributions, b.Distribution),
+			wi(a.Workload) - wi(b.Workload),
+			slices.Index(bench.Policies, a.Policy) - slices.Index(bench.Policies, b.Policy),
+			slices.Index(cacheStates, a.Cache) - slices.Index(cacheStates, b.Cache),
+		} {
+			if d != 0 {
+				return d
+			}
 		}
-		return slices.Index(bench.Policies, a.Policy) - slices.Index(bench.Policies, b.Policy)
+		return 0
 	})
 	slices.SortStableFunc(rep.Sweep, func(a, b *Run) int {
 		if d := wi(a.Workload) - wi(b.Workload); d != 0 {
@@ -89,33 +124,82 @@ func (rep *report) sortRuns() {
 	})
 }
 
-// find returns the run of a policy on a workload that ran, or nil.
-func (rep *report) find(workload, policy string) *Run {
+// find returns the run of a policy on a workload and variant that ran, or
+// nil. The database alone (no sidecar) matches any cache state: it has no
+// cache and runs once.
+func (rep *report) find(workload, policy string, v Variant) *Run {
+	if _, ok := bench.Sidecar(policy); !ok {
+		v.Cache = cacheNone
+	}
 	for _, r := range rep.Runs {
-		if r.Workload == workload && r.Policy == policy && r.Skipped == "" {
+		if r.Workload == workload && r.Policy == policy && r.Variant == v && r.Skipped == "" {
 			return r
 		}
 	}
 	return nil
 }
 
+// variants are every variant of the comparison with a cache, in the
+// order of the flags.
+func (rep *report) variants() []Variant {
+	var out []Variant
+	st := rep.Settings
+	for _, l := range st.StoreLatencyMs {
+		for _, t := range st.Threads {
+			for _, d := range st.Distributions {
+				for _, c := range st.Caches {
+					out = append(out, Variant{Distribution: d, Cache: c, StoreLatencyMs: l, Threads: t})
+				}
+			}
+		}
+	}
+	return out
+}
+
 // ratios are write-back's throughput against the database alone, its
 // asynchronous commit and write-through on workloads A and B (the paper's
 // headline comparisons), and the Redis-protocol front door's against the
-// database.
+// database, for every variant.
 func (rep *report) ratios() []ratio {
 	var out []ratio
 	pairs := [][2]string{
 		{bench.WriteBack, bench.Database}, {bench.WriteBack, bench.DatabaseAsync}, {bench.WriteBack, bench.WriteThrough},
 		{bench.WriteBackRESP, bench.Database}, {bench.WriteBackRESP, bench.DatabaseAsync}, {bench.WriteBackRESP, bench.WriteThrough},
 	}
-	for _, w := range []string{"A", "B"} {
-		for _, pr := range pairs {
-			a, b := rep.find(w, pr[0]), rep.find(w, pr[1])
-			if a == nil || b == nil || b.Throughput == 0 {
+	for _, v := range rep.variants() {
+		for _, w := range []string{"A", "B"} {
+			for _, pr := range pairs {
+				a, b := rep.find(w, pr[0], v), rep.find(w, pr[1], v)
+				if a == nil || b == nil || b.Throughput == 0 {
+					continue
+				}
+				out = append(out, ratio{Workload: w, Variant: v, Of: pr[0], To: pr[1], Ratio: a.Throughput / b.Throughput})
+			}
+		}
+	}
+	return out
+}
+
+// sideBySide is write-back (HTTP and Redis protocol) beside the database
+// alone for workloads A, B and C in every variant where the database ran
+// and write-back did over either front door.
+func (rep *report) sideBySide() []sideBySide {
+	var out []sideBySide
+	for _, v := range rep.variants() {
+		for _, w := range []string{"A", "B", "C"} {
+			db := rep.find(w, bench.Database, v)
+			wb, resp := rep.find(w, bench.WriteBack, v), rep.find(w, bench.WriteBackRESP, v)
+			if db == nil || db.Throughput == 0 || (wb == nil && resp == nil) {
 				continue
 			}
-			out = append(out, ratio{Workload: w, Of: pr[0], To: pr[1], Ratio: a.Throughput / b.Throughput})
+			x := sideBySide{Workload: w, Variant: v, Database: db.Throughput}
+			if wb != nil {
+				x.WriteBack, x.WriteBackRatio = wb.Throughput, wb.Throughput/db.Throughput
+			}
+			if resp != nil {
+				x.WriteBackRESP, x.WriteBackRESPRatio = resp.Throughput, resp.Throughput/db.Throughput
+			}
+			out = append(out, x)
 		}
 	}
 	return out
@@ -140,14 +224,14 @@ func p99(l bench.Latency) string {
 func (rep *report) print(w io.Writer) {
 	store := rep.Settings.Store
 	if len(rep.Runs) > 0 {
-		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %d threads, %s keys, %s; %gs measured per run (latencies in ms)\n",
-			store, rep.Settings.Records, rep.Settings.Fields, rep.Settings.FieldSize, rep.Settings.Threads, rep.Settings.Distribution,
+		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %s; %gs measured per run (latencies in ms; cache cold: no warm-up)\n",
+			store, rep.Settings.Records, rep.Settings.Fields, rep.Settings.FieldSize,
 			map[bool]string{true: "updates set every field", false: "updates set one field"}[rep.Settings.UpdateAll], rep.Settings.DurationS)
-		t := bench.Table{Header: []string{"workload", "policy", "ops/s", "read p50", "read p99", "update p50", "update p99", "scan p50", "scan p99", "pending", "pinned", "applied", "hits", "verify"}}
+		t := bench.Table{Header: []string{"store +ms", "threads", "keys", "workload", "policy", "cache", "ops/s", "read p50", "read p99", "update p50", "update p99", "scan p50", "scan p99", "pending", "pinned", "applied", "hits", "verify"}}
 		var skipped []string
 		for _, r := range rep.Runs {
 			if r.Skipped != "" {
-				t.Add(r.Workload, r.Policy, "n/a", "", "", "", "", "", "", "", "", "", "", "skipped")
+				t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, "n/a", "", "", "", "", "", "", "", "", "", "", "skipped")
 				skipped = append(skipped, fmt.Sprintf("%s on %s: %s", r.Policy, r.Workload, r.Skipped))
 				continue
 			}
@@ -159,7 +243,7 @@ func (rep *report) print(w io.Writer) {
 				}
 				hits = fmt.Sprintf("%.1f%%", r.CacheHitPercent)
 			}
-			t.Add(r.Workload, r.Policy, fmt.Sprintf("%.0f", r.Throughput), ms(r.Read), p99(r.Read), ms(r.Update), p99(r.Update),
+			t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, fmt.Sprintf("%.0f", r.Throughput), ms(r.Read), p99(r.Read), ms(r.Update), p99(r.Update),
 				ms(r.Scan), p99(r.Scan), pending, pinned, applied, hits, verdict(r))
 		}
 		_ = t.Write(w)
@@ -169,8 +253,17 @@ func (rep *report) print(w io.Writer) {
 		if rs := rep.Ratios; len(rs) > 0 {
 			fmt.Fprintln(w)
 			for _, x := range rs {
-				fmt.Fprintf(w, "%s  %-15s / %-14s throughput %s\n", x.Workload, x.Of, x.To, bench.Ratio(x.Ratio, 1))
+				fmt.Fprintf(w, "%s %-28s %-15s / %-14s throughput %s\n", x.Workload, x.label(), x.Of, x.To, bench.Ratio(x.Ratio, 1))
 			}
+		}
+		if sb := rep.SideBySide; len(sb) > 0 {
+			fmt.Fprintf(w, "\nWrite-back / the database alone on %s (ops/s; write-back over HTTP and over the Redis-protocol front door; store +ms: added each way)\n", store)
+			t := bench.Table{Header: []string{"store +ms", "threads", "keys", "cache", "workload", "database", "write-back", "write-back-resp", "write-back / db", "resp / db"}}
+			for _, x := range sb {
+				t.Add(x.StoreLatencyMs, x.Threads, x.Distribution, x.Cache, x.Workload, fmt.Sprintf("%.0f", x.Database),
+					opsOrNA(x.WriteBack), opsOrNA(x.WriteBackRESP), ratioOrNA(x.WriteBack, x.Database), ratioOrNA(x.WriteBackRESP, x.Database))
+			}
+			_ = t.Write(w)
 		}
 	}
 	if len(rep.Sweep) > 0 {
@@ -186,6 +279,20 @@ func (rep *report) print(w io.Writer) {
 	for _, f := range rep.Files {
 		fmt.Fprintf(w, "wrote %s\n", f)
 	}
+}
+
+func opsOrNA(v float64) string {
+	if v == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func ratioOrNA(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "n/a"
+	}
+	return bench.Ratio(a, b)
 }
 
 func verdict(r *Run) string {

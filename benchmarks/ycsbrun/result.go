@@ -16,6 +16,11 @@ type Run struct {
 	// Workers is the sidecar's writeback.workers (appliers); 0 for the
 	// database alone.
 	Workers int `json:"workers,omitempty"`
+	Variant
+	// CacheEntriesAtStart counts the collection's entries in Redis when
+	// the run's warm-up (cold runs: its measured window) started: 0 for a
+	// cold run, every record for a warm one. Sidecar runs only.
+	CacheEntriesAtStart int64 `json:"cache_entries_at_start"`
 	// Skipped says why the policy cannot run the workload; nothing else is
 	// set then.
 	Skipped string `json:"skipped,omitempty"`
@@ -58,6 +63,27 @@ type Run struct {
 	ApplierBatches    uint64         `json:"applier_batches"`
 	ApplierBatchDocs  float64        `json:"applier_docs_per_batch"`
 	ApplierBatchMeanS float64        `json:"applier_batch_mean_s"`
+}
+
+// Variant is what sets a run apart besides its policy and workload.
+type Variant struct {
+	Distribution string `json:"distribution"` // uniform | zipfian
+	// Cache is the sidecar's cache when the run started: cold (its entries
+	// dropped, no warm-up), warm (every record read first), or none for
+	// the database alone.
+	Cache          string `json:"cache"`
+	StoreLatencyMs int64  `json:"store_latency_ms"` // added each way by the proxy; 0: direct
+	Threads        int    `json:"threads"`
+}
+
+// label is the variant in a table or a progress line, e.g. "zipfian cold
+// +1ms 16t".
+func (v Variant) label() string {
+	s := v.Distribution + " " + v.Cache
+	if v.StoreLatencyMs > 0 {
+		s += fmt.Sprintf(" +%dms", v.StoreLatencyMs)
+	}
+	return s + fmt.Sprintf(" %dt", v.Threads)
 }
 
 // ok reports whether the run verified: no failed operation, no stale read,

@@ -21,7 +21,7 @@ type env struct {
 	store  string
 	db     *ycsb.DB
 	spec   ycsb.Spec
-	chsr   ycsb.Chooser
+	chsr   map[string]ycsb.Chooser // by distribution
 	stderr io.Writer
 	logf   func(format string, args ...any) // a line to stderr
 	log    *slog.Logger                     // the sidecars'
@@ -47,8 +47,11 @@ func (e *env) open(ctx context.Context, dsn string) (*ycsb.DB, error) {
 func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (*report, error) {
 	e := &env{o: o, store: store, spec: o.spec(), stderr: stderr, logf: bench.Logf(stderr), log: sidecarLog(stderr)}
 	var err error
-	if e.chsr, err = ycsb.NewChooser(o.distribution, o.records); err != nil {
-		return nil, err
+	e.chsr = map[string]ycsb.Chooser{}
+	for _, d := range o.distributions {
+		if e.chsr[d], err = ycsb.NewChooser(d, o.records); err != nil {
+			return nil, err
+		}
 	}
 	if e.db, err = e.open(ctx, o.dsn(store)); err != nil {
 		return nil, err
@@ -58,8 +61,8 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 		return nil, err
 	}
 	rep := newReport(o, store)
-	e.logf("ycsb: %s, %d records × %d fields × %d B, %d threads, %s keys, updates of %s; per run %v warm-up + %v measured; %d CPUs",
-		store, o.records, o.fields, o.fieldSize, o.threads, o.distribution, map[bool]string{true: "every field", false: "one field"}[o.updateAll],
+	e.logf("ycsb: %s, %d records × %d fields × %d B, %v threads, %v keys, %v cache, store latency %v each way, updates of %s; per run %v warm-up (cold runs: none) + %v measured; %d CPUs",
+		store, o.records, o.fields, o.fieldSize, o.threads, o.distributions, o.caches, o.latencies, map[bool]string{true: "every field", false: "one field"}[o.updateAll],
 		o.warmup, o.duration, runtime.NumCPU())
 	fail := func(err error) (*report, error) {
 		e.logf("ycsb: kept %s for inspection", o.table)
@@ -67,13 +70,19 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 		return rep, err
 	}
 	// series runs workloads one after another on one fresh table and one
-	// sidecar (or set of direct clients).
-	series := func(p string, workers int, names []string, duration time.Duration, into *[]*Run) error {
+	// sidecar (or set of direct clients): each workload with each
+	// distribution, each in each cache state.
+	series := func(p string, workers int, c conn, names, dists, caches []string, duration time.Duration, into *[]*Run) error {
 		var todo []workload
 		for _, wn := range names {
 			w := workloadByName(wn)
 			if why := skipReason(store, p, w); why != "" {
-				*into = append(*into, &Run{Store: store, Policy: p, Workload: w.name, Skipped: why})
+				for _, d := range dists {
+					for _, cs := range runCaches(p, caches) {
+						v := Variant{Distribution: d, Cache: cs, StoreLatencyMs: c.latency.Milliseconds(), Threads: c.threads}
+						*into = append(*into, &Run{Store: store, Policy: p, Workload: w.name, Variant: v, Skipped: why})
+					}
+				}
 				e.logf("[ycsb-%s %s %s] not applicable: %s", w.name, p, store, why)
 				continue
 			}
@@ -82,35 +91,66 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 		if len(todo) == 0 {
 			return nil
 		}
-		s, err := e.setup(ctx, p, workers)
+		s, err := e.setup(ctx, p, workers, c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		defer s.close()
 		for _, w := range todo {
-			r, err := s.run(ctx, w, duration)
-			if r != nil {
-				*into = append(*into, r)
-			}
-			if err != nil {
-				return fmt.Errorf("workload %s, %s: %w", w.name, s.tag(w), err)
-			}
-			if !r.ok() {
-				return fmt.Errorf("workload %s, %s: verification failed: %s", w.name, s.tag(w), r.problem())
+			for _, d := range dists {
+				for _, cs := range runCaches(p, caches) {
+					v := Variant{Distribution: d, Cache: cs, StoreLatencyMs: c.latency.Milliseconds(), Threads: c.threads}
+					r, err := s.run(ctx, w, v, duration)
+					if r != nil {
+						*into = append(*into, r)
+					}
+					if err != nil {
+						return fmt.Errorf("workload %s, %s: %w", w.name, s.tag(w, v), err)
+					}
+					if !r.ok() {
+						return fmt.Errorf("workload %s, %s: verification failed: %s", w.name, s.tag(w, v), r.problem())
+					}
+				}
 			}
 		}
 		return nil
 	}
-	if o.compare {
-		for _, p := range o.policies {
-			if err := series(p, 0, o.workloads, o.duration, &rep.Runs); err != nil {
+	for i, lat := range o.latencies {
+		c := conn{latency: lat, dsn: o.dsn(store)}
+		if lat > 0 {
+			addr, err := bench.StoreAddr(store, c.dsn)
+			if err != nil {
+				return fail(fmt.Errorf("--store-latency: %w", err))
+			}
+			proxy, err := bench.StartLatencyProxy(addr, lat)
+			if err != nil {
 				return fail(err)
 			}
+			defer proxy.Close()
+			if c.dsn, err = bench.WithStoreAddr(store, c.dsn, proxy.Addr); err != nil {
+				return fail(err)
+			}
+			e.logf("ycsb: %s behind a latency proxy at %s adding %v each way (toxiproxy)", store, proxy.Addr, lat)
 		}
-	}
-	for _, n := range o.sweepWorkers {
-		if err := series(bench.WriteBack, n, o.sweepWorkloads, o.sweepDuration, &rep.Sweep); err != nil {
-			return fail(fmt.Errorf("sweep: %w", err))
+		for j, threads := range o.threads {
+			c.threads = threads
+			if o.compare {
+				for _, p := range o.policies {
+					if err := series(p, 0, c, o.workloads, o.distributions, o.caches, o.duration, &rep.Runs); err != nil {
+						return fail(err)
+					}
+				}
+			}
+			// The sweep: warm, with the first distribution, latency and
+			// number of threads.
+			if i > 0 || j > 0 {
+				continue
+			}
+			for _, n := range o.sweepWorkers {
+				if err := series(bench.WriteBack, n, c, o.sweepWorkloads, o.distributions[:1], []string{cacheWarm}, o.sweepDuration, &rep.Sweep); err != nil {
+					return fail(fmt.Errorf("sweep: %w", err))
+				}
+			}
 		}
 	}
 	rep.sortRuns()
@@ -125,6 +165,22 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 	return rep, nil
 }
 
+// conn is how a series reaches the store, and with how many clients.
+type conn struct {
+	latency time.Duration // added each way by the proxy
+	dsn     string        // the store's, through the proxy if latency > 0
+	threads int
+}
+
+// runCaches are the cache states policy p runs in: the database alone has
+// no cache and runs once.
+func runCaches(p string, caches []string) []string {
+	if _, ok := bench.Sidecar(p); !ok {
+		return []string{cacheNone}
+	}
+	return caches
+}
+
 // setup is a freshly loaded table and the clients of one policy: direct
 // database clients, or the clients of a fresh sidecar (with workers
 // appliers when workers > 0).
@@ -133,6 +189,7 @@ type setup struct {
 	policy  string
 	workers int  // the sidecar's appliers; 0 for the database alone
 	sweep   bool // a run of the applier sweep
+	conn    conn
 	loadS   float64
 	warmed  bool // every record has been read through the clients
 	clients []ycsb.Client
@@ -140,11 +197,11 @@ type setup struct {
 	closers []func()
 }
 
-func (s *setup) tag(w workload) string {
+func (s *setup) tag(w workload, v Variant) string {
 	if s.sweep {
-		return fmt.Sprintf("ycsb-%s %s %s, %s", w.name, s.policy, s.e.store, plural(s.workers, "applier"))
+		return fmt.Sprintf("ycsb-%s %s %s %s, %s", w.name, s.policy, s.e.store, v.label(), plural(s.workers, "applier"))
 	}
-	return fmt.Sprintf("ycsb-%s %s %s", w.name, s.policy, s.e.store)
+	return fmt.Sprintf("ycsb-%s %s %s %s", w.name, s.policy, s.e.store, v.label())
 }
 
 func (s *setup) close() {
@@ -158,9 +215,9 @@ func (s *setup) close() {
 	}
 }
 
-func (e *env) setup(ctx context.Context, p string, workers int) (_ *setup, err error) {
+func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setup, err error) {
 	o := e.o
-	s := &setup{e: e, policy: p, sweep: workers > 0, clients: make([]ycsb.Client, o.threads)}
+	s := &setup{e: e, policy: p, sweep: workers > 0, conn: c, clients: make([]ycsb.Client, c.threads)}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -178,7 +235,7 @@ func (e *env) setup(ctx context.Context, p string, workers int) (_ *setup, err e
 	switch {
 	case viaSidecar:
 		so := sidecar.Options{
-			Policy: collPolicy, Driver: e.store, DSN: o.dsn(e.store), Database: o.mongoDatabase,
+			Policy: collPolicy, Driver: e.store, DSN: c.dsn, Database: o.mongoDatabase,
 			RedisAddr: o.redis, Collection: e.spec.Table, Key: e.keyField(), PrefixBase: "ycsb", Log: e.log,
 		}
 		if p == bench.WriteBackRESP {
@@ -228,7 +285,7 @@ func (e *env) setup(ctx context.Context, p string, workers int) (_ *setup, err e
 				}
 			})
 		} else {
-			dsn, err := bench.AsyncDSN(e.store, o.dsn(e.store))
+			dsn, err := bench.AsyncDSN(e.store, c.dsn)
 			if err != nil {
 				return nil, err
 			}
@@ -241,29 +298,48 @@ func (e *env) setup(ctx context.Context, p string, workers int) (_ *setup, err e
 			return nil, err
 		}
 	default:
-		if err := e.directClients(ctx, e.db, s.clients); err != nil {
+		db := e.db
+		if c.latency > 0 {
+			if db, err = e.open(ctx, c.dsn); err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, func() { db.Close() })
+		}
+		if err := e.directClients(ctx, db, s.clients); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// run warms the cache (every record read once through the clients), runs
-// workload w for a warm-up and duration, then drains the sidecar and
-// verifies the table. The buffer is empty when it starts: the previous
-// run flushed it.
+// run prepares the cache as v says, runs workload w for a warm-up and
+// duration, then drains the sidecar and verifies the table. The buffer is
+// empty when it starts: the previous run flushed it.
 //
-// A workload after the first of a series finds the cache and the buffer
-// pool still warm (entries live an hour and writes update them), except
-// under write-around, whose writes delete entries: only then is it warmed
-// again.
-func (s *setup) run(ctx context.Context, w workload, duration time.Duration) (*Run, error) {
+// Warm (and the database alone): every record is read once through the
+// clients first, unless the cache is still warm from the previous run of
+// the series (entries live an hour and writes update them; write-around's
+// writes delete entries, so it is always warmed again). Cold: the
+// collection's cache entries are dropped from Redis and the run has no
+// warm-up, so its measured window starts on an empty cache; the database's
+// buffer pool stays warm from the load and the runs before.
+func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Duration) (*Run, error) {
 	e, o, sc := s.e, s.e.o, s.sc
-	tag := s.tag(w)
-	r := &Run{Store: e.store, Policy: s.policy, Workload: w.name, Workers: s.workers, WarmupS: o.warmup.Seconds(), LoadS: s.loadS, Sidecar: sc != nil}
+	tag := s.tag(w, v)
+	warmup := o.warmup
+	if v.Cache == cacheCold {
+		warmup = 0
+	}
+	r := &Run{Store: e.store, Policy: s.policy, Workload: w.name, Workers: s.workers, Variant: v, WarmupS: warmup.Seconds(), LoadS: s.loadS, Sidecar: sc != nil}
 	s.loadS = 0 // the next workload of the series reuses the table
 
-	if !s.warmed || s.policy == bench.WriteAround {
+	switch {
+	case v.Cache == cacheCold:
+		if _, err := sc.DropCache(ctx); err != nil {
+			return nil, err
+		}
+		s.warmed = false
+	case !s.warmed || s.policy == bench.WriteAround:
 		t := time.Now()
 		if err := ycsb.Warm(ctx, s.clients, e.spec.Records); err != nil {
 			return nil, err
@@ -271,11 +347,18 @@ func (s *setup) run(ctx context.Context, w workload, duration time.Duration) (*R
 		r.WarmS = time.Since(t).Seconds()
 		s.warmed = true
 	}
+	if sc != nil {
+		n, err := sc.CacheEntries(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.CacheEntriesAtStart = n
+	}
 
 	prog := &bench.Progress{Label: tag, Out: e.stderr}
 	wl := &ycsb.Workload{
-		Spec: e.spec, Clients: o.threads, ReadRatio: w.read, ScanRatio: w.scan, ScanLength: o.scanLength,
-		UpdateAll: o.updateAll, Chooser: e.chsr, Warmup: o.warmup, Duration: duration, Seed: o.seed + 1,
+		Spec: e.spec, Clients: len(s.clients), ReadRatio: w.read, ScanRatio: w.scan, ScanLength: o.scanLength,
+		UpdateAll: o.updateAll, Chooser: e.chsr[v.Distribution], Warmup: warmup, Duration: duration, Seed: o.seed + 1,
 		OnOp: func() { prog.Add(1) },
 	}
 	var sampler *bench.Sampler
@@ -305,7 +388,7 @@ func (s *setup) run(ctx context.Context, w workload, duration time.Duration) (*R
 		}
 		sampler.Start()
 	}
-	e.logf("[%s] loaded in %.1fs, warmed in %.1fs (0: still warm); running %v warm-up + %v measured", tag, r.LoadS, r.WarmS, o.warmup, duration)
+	e.logf("[%s] loaded in %.1fs, warmed in %.1fs (0: still warm, or cold); %d cache entries; running %v warm-up + %v measured", tag, r.LoadS, r.WarmS, r.CacheEntriesAtStart, warmup, duration)
 	prog.Start()
 	res, err := wl.Run(ctx, s.clients)
 	prog.Stop()
@@ -350,17 +433,17 @@ func (s *setup) run(ctx context.Context, w workload, duration time.Duration) (*R
 			return r, err
 		}
 	}
-	v, err := res.Model.Verify(ctx, e.db, e.spec, 5)
+	vr, err := res.Model.Verify(ctx, e.db, e.spec, 5)
 	if err != nil {
 		return r, fmt.Errorf("verifying: %w", err)
 	}
-	r.Verified, r.Mismatched = v.Checked, v.Bad
-	for _, m := range v.First {
+	r.Verified, r.Mismatched = vr.Checked, vr.Bad
+	for _, m := range vr.First {
 		r.Mismatches = append(r.Mismatches, m.String())
 	}
-	if v.Checked != res.Model.Len() {
+	if vr.Checked != res.Model.Len() {
 		r.Mismatched++
-		r.Mismatches = append(r.Mismatches, fmt.Sprintf("verified %d fields of the %d updated", v.Checked, res.Model.Len()))
+		r.Mismatches = append(r.Mismatches, fmt.Sprintf("verified %d fields of the %d updated", vr.Checked, res.Model.Len()))
 	}
 	line := fmt.Sprintf("[%s] %.0f ops/s; verify: %d updated fields match the database, %d reads of own records fresh", tag, r.Throughput, r.Verified-r.Mismatched, r.ReadChecks-r.StaleReads)
 	if r.Sidecar {

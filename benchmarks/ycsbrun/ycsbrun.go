@@ -22,20 +22,37 @@ import (
 // sweep (Figure 5): write-back runs of A, B and S with each number of
 // appliers (writeback.workers).
 //
-// For each store and policy Main loads a fresh table (MongoDB: a collection
+// For each store, store latency (--store-latency), number of threads
+// (--threads) and policy, Main loads a fresh table (MongoDB: a collection
 // in database ycsb, _id = key), starts a fresh sidecar (Redis key prefix
-// ycsb-<policy>-<random>) or opens direct clients, and runs the workloads
-// one after another on them. Before the first, every record is read once
-// through the run's own clients (a warm cache and buffer pool, as in the
-// paper); later workloads find it still warm — entries live an hour and
-// writes update them — except under write-around, whose writes delete
-// entries, so it is warmed again. Each workload runs a warm-up and a
-// measured window, then the sidecar is drained (flush) and the table
-// compared with the last acknowledged value of every updated field; every
-// read (and scanned record) of a client's own record is also checked
+// ycsb-<policy>-<random>) or opens direct clients, and runs on them each
+// workload with each key distribution (--distribution: uniform, zipfian)
+// in each cache state (--cache):
+//   - warm: every record is read once through the run's own clients (a
+//     warm cache and buffer pool, as in the paper), unless the cache is
+//     still warm from the run before — entries live an hour and writes
+//     update them — except under write-around, whose writes delete
+//     entries; then a warm-up and the measured window;
+//   - cold: the collection's cache entries are dropped from Redis (the run
+//     records how many remain: 0) and there is no warm-up, so the measured
+//     window starts on an empty cache; the database's buffer pool stays
+//     warm from the load and the runs before.
+//
+// The database alone has no cache and runs once per workload and
+// distribution (cache "none"); the ratios set each cache state of the
+// sidecar against it. After each run the sidecar is drained (flush) and the
+// table compared with the last acknowledged value of every updated field;
+// every read (and scanned record) of a client's own record is also checked
 // against its last acknowledged write during the run. A mismatch, a stale
 // read or a failed operation fails the command (exit 1) once the tables are
 // printed, and the table is kept for inspection.
+//
+// A store latency above 0 puts the store behind a proxy on a free loopback
+// port (Shopify's toxiproxy, in-process, a latency toxic on each
+// direction: whole milliseconds) for everything the runs send it — the
+// database alone's clients and the sidecar's store connections alike — so
+// the ratio compares both at the same distance; Redis stays local. Loading
+// and verification connect directly.
 //
 // Choices:
 //   - A read reads the whole record. An update sets one random field, as
@@ -45,8 +62,8 @@ import (
 //     Redis-protocol front door has no scan command, so write-back-resp
 //     skips workload S (reported as n/a with the reason); it also serves SQL
 //     collections only, so it does not run on MongoDB at all.
-//   - Keys are uniform by default, as in the paper; --distribution zipfian
-//     uses YCSB's scrambled zipfian.
+//   - Keys: uniform, as in the paper, and zipfian, YCSB's default (its
+//     scrambled zipfian, constant 0.99, go-ycsb's generator).
 //   - database-async is PostgreSQL's synchronous_commit=off (per
 //     connection), MariaDB's innodb_flush_log_at_trx_commit=2 (global, set
 //     for the run and restored) or MongoDB's w=1, journal=false.
@@ -60,12 +77,17 @@ import (
 //     16 on MongoDB (--batch-size), since a batch of 128 outlives the
 //     appliers' 30 s batch timeout and would be retried forever.
 //
-// It prints a table per store on stdout and writes under --out:
-// ycsb-<store>.json (settings, every run with its latency percentiles,
-// verification, buffer state and pinned bytes over time, ratios, the
-// sweep), ycsb-<store>-throughput.png (ops/s per workload and policy, the
-// analogue of Figure 9), ycsb-<store>-pinned.png (pinned bytes over time in
-// the write-back runs, sampled every 250 ms) and, with the sweep,
+// It prints a table per store on stdout — every run with its variant, the
+// ratios, and write-back (HTTP and Redis protocol) / the database alone side
+// by side per workload (A, B, C), distribution, cache state, store latency
+// and threads — and writes under --out: ycsb-<store>.json (settings, every
+// run with its variant, latency percentiles, cache entries at the start,
+// verification, buffer state and pinned bytes over time, ratios, the side
+// by side, the sweep), ycsb-<store>-throughput-<distribution>[-<n>ms][-<n>t].png
+// (ops/s per workload, cache state and policy, the analogue of Figure 9),
+// ycsb-<store>-pinned.png (pinned bytes over time in the warm write-back
+// runs, sampled every 250 ms) and, with the sweep (warm, the first
+// distribution, store latency and number of threads),
 // ycsb-<store>-sweep-{throughput,applied,pinned}.png (Figure 5a–c). Progress
 // (a line per second per run) goes to stderr. Run `make services` first.
 func Main(args []string, stdout, stderr io.Writer) int {

@@ -40,7 +40,7 @@ func tinyArgs(t *testing.T, out string) []string {
 	return []string{
 		"--store", "postgres", "--pg-dsn", pgDSN(), "--redis", redisAddr(),
 		"--workloads", "A,S", "--policies", "database,write-back,write-back-resp",
-		"--records", "400", "--threads", "4", "--duration", "500ms", "--warmup", "100ms",
+		"--records", "400", "--threads", "4", "--duration", "500ms", "--warmup", "100ms", "--distribution", "uniform", "--cache", "warm",
 		"--sweep-workers", "1,2", "--sweep-workloads", "A", "--sweep-duration", "300ms",
 		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
 	}
@@ -110,7 +110,7 @@ func TestSmoke(t *testing.T) {
 	if len(rep.Ratios) == 0 {
 		t.Error("no ratios")
 	}
-	for _, f := range []string{"-throughput.png", "-pinned.png", "-sweep-throughput.png", "-sweep-applied.png", "-sweep-pinned.png"} {
+	for _, f := range []string{"-throughput-uniform.png", "-pinned.png", "-sweep-throughput.png", "-sweep-applied.png", "-sweep-pinned.png"} {
 		path := filepath.Join(out, "ycsb-postgres"+f)
 		fh, err := os.Open(path)
 		if err != nil {
@@ -121,6 +121,82 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: %v", path, err)
 		}
 		fh.Close()
+	}
+}
+
+// TestColdWarmRemote runs write-back beside the database alone with
+// zipfian keys, cold and warm, behind a 1 ms latency proxy: a cold run
+// starts with no cache entry in Redis (and misses), a warm one with every
+// record cached; the database alone goes through the proxy too (every read
+// a round trip of at least 2 ms); the side-by-side table and JSON have both
+// cache states.
+func TestColdWarmRemote(t *testing.T) {
+	out := t.TempDir()
+	const records = 200
+	args := []string{
+		"--store", "postgres", "--pg-dsn", pgDSN(), "--redis", redisAddr(),
+		"--workloads", "A", "--policies", "database,write-back,write-back-resp", "--distribution", "zipfian", "--cache", "cold,warm",
+		"--store-latency", "1ms", "--records", fmt.Sprint(records), "--threads", "4", "--duration", "400ms", "--warmup", "100ms",
+		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "Write-back / the database alone on postgres") {
+		t.Errorf("stdout lacks the side-by-side table:\n%s", stdout.String())
+	}
+	var rep report
+	b, err := os.ReadFile(filepath.Join(out, "ycsb-postgres.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 5 {
+		t.Fatalf("%d runs; want 5 (the database once, write-back and write-back-resp cold and warm)", len(rep.Runs))
+	}
+	for _, r := range rep.Runs {
+		name := r.Policy + " " + r.Cache
+		if r.StoreLatencyMs != 1 || r.Distribution != "zipfian" || r.Threads != 4 || r.Ops == 0 || !r.ok() {
+			t.Errorf("%s: %+v", name, r.Variant)
+		}
+		switch r.Cache {
+		case cacheNone:
+			if r.Policy != bench.Database {
+				t.Errorf("%s: a sidecar run without a cache state", name)
+			}
+			// One round trip through the proxy per read: 1 ms each way.
+			if r.Read.P50 < 2 {
+				t.Errorf("%s: read p50 %.2f ms; through a 1 ms proxy a read takes at least 2 ms", name, r.Read.P50)
+			}
+		case cacheCold:
+			if r.CacheEntriesAtStart != 0 || r.WarmupS != 0 || r.CacheHitPercent >= 100 {
+				t.Errorf("%s: %d cache entries at the start, %gs warm-up, %.1f%% hits; want an empty cache, no warm-up, some misses",
+					name, r.CacheEntriesAtStart, r.WarmupS, r.CacheHitPercent)
+			}
+		case cacheWarm:
+			if r.CacheEntriesAtStart != records {
+				t.Errorf("%s: %d cache entries at the start; want every record (%d)", name, r.CacheEntriesAtStart, records)
+			}
+		default:
+			t.Errorf("%s: cache %q", name, r.Cache)
+		}
+	}
+	if len(rep.SideBySide) != 2 {
+		t.Fatalf("side by side: %+v; want A cold and A warm", rep.SideBySide)
+	}
+	for _, x := range rep.SideBySide {
+		if x.StoreLatencyMs != 1 || x.Database == 0 || x.WriteBack == 0 || x.WriteBackRESP == 0 || x.WriteBackRatio == 0 || x.WriteBackRESPRatio == 0 {
+			t.Errorf("side by side: %+v", x)
+		}
+	}
+	if rep.SideBySide[0].Cache != cacheCold || rep.SideBySide[1].Cache != cacheWarm {
+		t.Errorf("side by side cache states %q, %q", rep.SideBySide[0].Cache, rep.SideBySide[1].Cache)
+	}
+	if _, err := os.Stat(filepath.Join(out, "ycsb-postgres-throughput-zipfian-1ms.png")); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -167,7 +243,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.records != 5_000 || o.duration != 2*time.Second || o.warmup != time.Second || fmt.Sprint(o.sweepWorkers) != "[1 4 16]" ||
+	if o.records != 5_000 || o.duration != 2*time.Second || o.warmup != 500*time.Millisecond || fmt.Sprint(o.sweepWorkers) != "[1 4 16]" ||
 		fmt.Sprint(o.stores) != "[postgres]" || len(o.policies) != len(bench.Policies) || fmt.Sprint(o.workloads) != "[A B C S]" {
 		t.Errorf("--quick: %+v", o)
 	}
@@ -181,6 +257,7 @@ func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--workloads", "A,X"}, {"--store", "sqlite"}, {"--policies", "write-behind"}, {"--sweep-workers", "0"},
 		{"--threads", "0"}, {"--records", "3", "--threads", "4"}, {"--compare=false"}, {"--distribution", "latest"}, {"extra"},
+		{"--cache", "hot"}, {"--store-latency", "1500us"}, {"--store-latency", "-1ms"}, {"--store-latency", "fast"}, {"--threads", "8,x"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 {
