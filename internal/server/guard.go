@@ -47,7 +47,9 @@ func (g *guard) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if !armed {
 		return nil
 	}
-	info, err := cn.Info(ctx, "server", "replication").Result()
+	// INFO's default sections hold server and replication on every Redis
+	// version (several section arguments need Redis 7).
+	info, err := cn.Info(ctx).Result()
 	if err != nil {
 		return fmt.Errorf("reading the Redis server's identity: %w", err)
 	}
