@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,20 @@ func TestSentinelReplicaShortfall(t *testing.T) {
 			// 500: WAIT's timeout, the write may still apply.
 			wrong++
 			t.Errorf("probe %d: %v; want a 503 or 500 naming the missing replicas", i, r.err)
+		}
+	}
+	// Nothing leaks: the refused writes hold no connections (the pool is
+	// redis.poolSize, 64 by default; the sentinels and the replica add a
+	// handful).
+	out, err := exec.Command("redis-cli", "-p", sentinelPrimary(t), "info", "clients").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(out), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "connected_clients:"); ok {
+			if n, _ := strconv.Atoi(v); n > 80 {
+				t.Errorf("%d clients connected to the new primary after the refused writes; the pool holds at most 64", n)
+			}
 		}
 	}
 	if v := metricValue(t, addr, "writeback_replica_shortfalls_total"); v < 1 {
