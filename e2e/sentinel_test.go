@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -44,31 +45,15 @@ func sentinelPrimary(t *testing.T) string {
 // model of acknowledged writes (failed requests may or may not have
 // applied: the model allows both).
 func TestSentinelFailover(t *testing.T) {
-	topology(t, "sentinel", "up")
-	t.Cleanup(func() { topology(t, "sentinel", "down") })
 	const docs = 16
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, "  mode: sentinel\n  masterName: wbmaster\n  replicas: 2\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]")
-	sc := start(t, path, addr)
+	e, _, sc := sentinelSidecar(t, docs, 2)
 	load := startIncLoad(e, sc, docs, 5)
 	time.Sleep(time.Second)
 	before := load.ackedCount()
 	if before == 0 {
 		t.Fatalf("no write was acknowledged with 2 replicas before the failover:\n%s", sc.out())
 	}
-	old := sentinelPrimary(t)
-	pid, err := os.ReadFile("/tmp/writeback-redis/" + old + "/pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	killed := time.Now()
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "Sentinel to promote a replica", func() bool { return sentinelPrimary(t) != old })
+	killed := killSentinelPrimary(t)
 	promoted := time.Now()
 	time.Sleep(2 * time.Second)   // writes now reach only 1 replica: 503s, not silent acks
 	topology(t, "sentinel", "up") // the old primary comes back and is made a replica
@@ -81,6 +66,44 @@ func TestSentinelFailover(t *testing.T) {
 	if load.failed == 0 {
 		t.Errorf("no write failed while only 1 of the 2 required replicas was up: acknowledged without WAIT's confirmation")
 	}
+}
+
+// sentinelSidecar brings the Sentinel topology up (down when the test
+// ends) and starts a write-back sidecar on it with redis.replicas, over
+// docs documents of both databases.
+func sentinelSidecar(t *testing.T, docs, replicas int) (*env, string, *sidecar) {
+	t.Helper()
+	topology(t, "sentinel", "up")
+	t.Cleanup(func() { topology(t, "sentinel", "down") })
+	e := newEnv(t, docs)
+	addr := freeAddr(t)
+	path := e.config(addr, "write-back", "")
+	rewriteRedis(t, path, fmt.Sprintf("  mode: sentinel\n  masterName: wbmaster\n  replicas: %d\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]", replicas))
+	return e, addr, start(t, path, addr)
+}
+
+// killRedis SIGKILLs the redis-server of redis-topology.sh on port.
+func killRedis(t *testing.T, port string) {
+	t.Helper()
+	pid, err := os.ReadFile("/tmp/writeback-redis/" + port + "/pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killSentinelPrimary SIGKILLs the primary and waits for Sentinel to
+// promote a replica; it returns when the kill was sent.
+func killSentinelPrimary(t *testing.T) time.Time {
+	t.Helper()
+	old := sentinelPrimary(t)
+	killRedis(t, old)
+	killed := time.Now()
+	waitFor(t, 30*time.Second, "Sentinel to promote a replica", func() bool { return sentinelPrimary(t) != old })
+	return killed
 }
 
 // rewriteRedis replaces the standalone redis section of a config file.
@@ -175,14 +198,7 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	sc := start(t, path, addr)
 	load := startIncLoad(e, sc, docs, 17)
 	time.Sleep(time.Second)
-	pid, err := os.ReadFile("/tmp/writeback-redis/7001/pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killRedis(t, "7001")
 	killed := time.Now()
 	before := load.ackedCount()
 	waitFor(t, 30*time.Second, "writes to succeed again after the primary's replica took over", func() bool { return load.recovered(before + 200) })

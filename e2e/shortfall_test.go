@@ -3,12 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -20,30 +18,15 @@ import (
 // alike — never hang, never 500; writes recover once the old primary is
 // back as a replica, and nothing acknowledged is lost.
 func TestSentinelReplicaShortfall(t *testing.T) {
-	topology(t, "sentinel", "up")
-	t.Cleanup(func() { topology(t, "sentinel", "down") })
 	const docs, probes = 16, 40
-	e := newEnv(t, docs+probes)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, "  mode: sentinel\n  masterName: wbmaster\n  replicas: 2\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]")
-	sc := start(t, path, addr)
+	e, addr, sc := sentinelSidecar(t, docs+probes, 2)
 	load := startIncLoad(e, sc, docs, 23)
 	time.Sleep(time.Second)
 	before := load.ackedCount()
 	if before == 0 {
 		t.Fatalf("no write was acknowledged with 2 replicas before the failover:\n%s", sc.out())
 	}
-	old := sentinelPrimary(t)
-	pid, err := os.ReadFile("/tmp/writeback-redis/" + old + "/pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "Sentinel to promote a replica", func() bool { return sentinelPrimary(t) != old })
+	killSentinelPrimary(t)
 	time.Sleep(time.Second)
 
 	// Writes to documents nobody has read (not cached) while only one
@@ -116,30 +99,14 @@ func TestSentinelReplicaShortfall(t *testing.T) {
 // the set keeps taking writes after losing its primary (once Sentinel has
 // promoted a replica), and nothing acknowledged is lost.
 func TestSentinelMinReplicasKeepsServing(t *testing.T) {
-	topology(t, "sentinel", "up")
-	t.Cleanup(func() { topology(t, "sentinel", "down") })
 	const docs = 16
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, "  mode: sentinel\n  masterName: wbmaster\n  replicas: 1\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]")
-	sc := start(t, path, addr)
+	e, addr, sc := sentinelSidecar(t, docs, 1)
 	load := startIncLoad(e, sc, docs, 29)
 	time.Sleep(time.Second)
 	if v := metricValue(t, addr, "writeback_redis_replicas_in_sync"); v != 2 {
 		t.Errorf("writeback_redis_replicas_in_sync = %v with both replicas up, want 2", v)
 	}
-	old := sentinelPrimary(t)
-	pid, err := os.ReadFile("/tmp/writeback-redis/" + old + "/pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	waitFor(t, 30*time.Second, "Sentinel to promote a replica", func() bool { return sentinelPrimary(t) != old })
+	killed := killSentinelPrimary(t)
 	before := load.ackedCount()
 	// No old primary back: one replica is enough.
 	waitFor(t, 30*time.Second, "writes to be acknowledged with one replica left", func() bool { return load.recovered(before + 200) })

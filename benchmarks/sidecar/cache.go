@@ -3,12 +3,12 @@ package sidecar
 import (
 	"context"
 	"fmt"
+
+	"github.com/writeback/writeback/internal/buffer"
 )
 
-// entryPattern matches the Redis keys of the collection's cache entries:
-// "<prefix>:{<partition>}:c:<collection>:<id>" (internal/buffer names them
-// so; a buffered write is "…:b:…", a lease "…:i:…").
-func (s *Sidecar) entryPattern() string { return s.Prefix + ":{*}:c:" + s.coll + ":*" }
+// entryPattern matches the Redis keys of the collection's cache entries.
+func (s *Sidecar) entryPattern() string { return buffer.CachePattern(s.Prefix, s.coll) }
 
 // CacheEntries counts the collection's cache entries in Redis.
 func (s *Sidecar) CacheEntries(ctx context.Context) (int64, error) {
@@ -33,28 +33,5 @@ func (s *Sidecar) DropCache(ctx context.Context) (int64, error) {
 	if st.Pending > 0 {
 		return 0, fmt.Errorf("dropping the cache of %s: %d changes still pending; flush first", s.coll, st.Pending)
 	}
-	var n int64
-	iter := s.rdb.Scan(ctx, 0, s.entryPattern(), 1000).Iterator()
-	batch := make([]string, 0, 100) // small UNLINKs: never stall a shared Redis
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		d, err := s.rdb.Unlink(ctx, batch...).Result()
-		n += d
-		batch = batch[:0]
-		return err
-	}
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == cap(batch) {
-			if err := flush(); err != nil {
-				return n, err
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return n, err
-	}
-	return n, flush()
+	return s.unlinkMatching(ctx, s.entryPattern())
 }

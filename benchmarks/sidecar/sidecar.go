@@ -216,8 +216,14 @@ func (s *Sidecar) Stop() error {
 // DeleteKeys deletes every Redis key under the sidecar's prefix and returns
 // how many there were. Call it after Stop, or the appliers may write more.
 func (s *Sidecar) DeleteKeys(ctx context.Context) (int64, error) {
+	return s.unlinkMatching(ctx, s.Prefix+":*")
+}
+
+// unlinkMatching deletes the keys matching pattern and returns how many
+// there were.
+func (s *Sidecar) unlinkMatching(ctx context.Context, pattern string) (int64, error) {
 	var n int64
-	iter := s.rdb.Scan(ctx, 0, s.Prefix+":*", 1000).Iterator()
+	iter := s.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 	batch := make([]string, 0, 100) // small UNLINKs: never stall a shared Redis
 	flush := func() error {
 		if len(batch) == 0 {

@@ -108,8 +108,7 @@ func (b *Buffer) CheckRollback(ctx context.Context, c redis.Cmdable, f Floors) (
 // and returns how many it deleted.
 func (b *Buffer) dropCache(ctx context.Context, c redis.Cmdable) (int64, error) {
 	var dropped int64
-	for _, kind := range []string{"c:", "i:"} {
-		match := globEscape(b.prefix) + ":{*}:" + kind + "*"
+	for _, match := range []string{CachePattern(b.prefix, ""), keyPattern(b.prefix, "i:")} {
 		var cursor uint64
 		for {
 			keys, next, err := c.Scan(ctx, cursor, match, 1000).Result()
@@ -150,6 +149,19 @@ func isMoved(err error) bool {
 	s := err.Error()
 	return strings.HasPrefix(s, "MOVED ") || strings.HasPrefix(s, "ASK ")
 }
+
+// CachePattern is the SCAN pattern of the cache entries under prefix: of
+// collection coll, or of every collection when coll is "".
+func CachePattern(prefix, coll string) string {
+	if coll == "" {
+		return keyPattern(prefix, "c:")
+	}
+	return keyPattern(prefix, "c:"+globEscape(coll)+":")
+}
+
+// keyPattern is the SCAN pattern of the keys of a kind ("c:", "i:" …) in
+// every partition (see Buffer.tag).
+func keyPattern(prefix, kind string) string { return globEscape(prefix) + ":{*}:" + kind + "*" }
 
 // globEscape escapes the characters SCAN's MATCH treats as pattern.
 func globEscape(s string) string {

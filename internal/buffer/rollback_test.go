@@ -27,7 +27,7 @@ func TestCheckRollback(t *testing.T) {
 	entries := func() int {
 		n := 0
 		for _, kind := range []string{"c:", "i:"} {
-			keys, err := b.rdb.Keys(ctx, globEscape(b.prefix)+":{*}:"+kind+"*").Result()
+			keys, err := b.rdb.Keys(ctx, keyPattern(b.prefix, kind)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
