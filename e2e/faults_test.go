@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -48,8 +47,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 func TestMariaDBOutageUnderLoad(t *testing.T) {
 	const docs = 16
 	e := newEnv(t, docs)
-	px := newProxy(t, "127.0.0.1:3306")
-	e.dsns["maria"] = strings.Replace(e.dsns["maria"], "127.0.0.1:3306", px.addr, 1)
+	px := e.proxyStore("maria")
 	addr := freeAddr(t)
 	sc := start(t, e.config(addr, "write-back", ""), addr)
 	ctx := context.Background()

@@ -30,6 +30,16 @@ func newProxy(t *testing.T, upstream string) *proxy {
 	return p
 }
 
+// proxyStore puts a proxy the test can cut between the sidecars it starts
+// from now on and database db ("pg" or "maria").
+func (e *env) proxyStore(db string) *proxy {
+	e.t.Helper()
+	upstream := map[string]string{"pg": "127.0.0.1:5432", "maria": "127.0.0.1:3306"}[db]
+	px := newProxy(e.t, upstream)
+	e.dsns[db] = strings.Replace(e.dsns[db], upstream, px.addr, 1)
+	return px
+}
+
 // restore listens again and forwards new connections.
 func (p *proxy) restore(t *testing.T) {
 	t.Helper()
@@ -90,8 +100,7 @@ var outage = func() time.Duration {
 func TestStoreOutageLosesNothing(t *testing.T) {
 	const docs = 10
 	e := newEnv(t, docs)
-	px := newProxy(t, "127.0.0.1:5432")
-	e.dsns["pg"] = strings.Replace(e.dsns["pg"], "127.0.0.1:5432", px.addr, 1)
+	px := e.proxyStore("pg")
 	addr := freeAddr(t)
 	sc := start(t, e.config(addr, "write-back", ""), addr)
 	ctx := context.Background()
@@ -171,8 +180,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 func TestPinnedMemoryFallback(t *testing.T) {
 	const docs = 10
 	e := newEnv(t, docs)
-	px := newProxy(t, "127.0.0.1:5432")
-	e.dsns["pg"] = strings.Replace(e.dsns["pg"], "127.0.0.1:5432", px.addr, 1)
+	px := e.proxyStore("pg")
 	addr := freeAddr(t)
 	path := e.config(addr, "write-back", "")
 	b, err := os.ReadFile(path)

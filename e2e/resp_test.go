@@ -502,8 +502,7 @@ func (o respOps) set(ctx context.Context, coll string, id int, val string) error
 func TestRESPPinnedMemoryFallback(t *testing.T) {
 	const docs = 10
 	e := newEnv(t, docs)
-	px := newProxy(t, "127.0.0.1:5432")
-	e.dsns["pg"] = strings.Replace(e.dsns["pg"], "127.0.0.1:5432", px.addr, 1)
+	px := e.proxyStore("pg")
 	addr, raddr := freeAddr(t), freeAddr(t)
 	path := e.config(addr, "write-back", "listenResp: "+raddr+"\n")
 	b, err := os.ReadFile(path)

@@ -23,8 +23,7 @@ const MaxLag = 1
 // where each primary has its own) it is unknown and writes wait for the
 // minimum alone.
 type InSync struct {
-	n       atomic.Int64 // in-sync replicas; -1: unknown
-	refused atomic.Int64 // writes refused for too few in sync
+	n atomic.Int64 // in-sync replicas; -1: unknown
 
 	// OnRefuse, when set before use, is called for every refused write
 	// (a metric).
@@ -40,10 +39,6 @@ func NewInSync() *InSync {
 
 // Count returns the in-sync replicas as last refreshed (-1: unknown).
 func (s *InSync) Count() int { return int(s.n.Load()) }
-
-// Refused returns how many writes were refused for too few in-sync
-// replicas.
-func (s *InSync) Refused() int64 { return s.refused.Load() }
 
 // Refresh reads the primary's replicas (INFO replication) and returns how
 // many are in sync. In a Cluster it leaves the count unknown.
@@ -103,7 +98,6 @@ func (d Durable) await() (int, error) {
 	case n < 0:
 		return d.Replicas, nil
 	case n < d.Replicas:
-		d.InSync.refused.Add(1)
 		if d.InSync.OnRefuse != nil {
 			d.InSync.OnRefuse()
 		}

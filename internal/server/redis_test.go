@@ -155,24 +155,38 @@ func writeTLSFiles(t *testing.T) tlsFiles {
 // address.
 func startTLSRedis(t *testing.T, f tlsFiles) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not on PATH (%v); install Redis (built with TLS) to run this test", err)
-	}
+	addr := freeLoopback(t)
+	_, port, _ := net.SplitHostPort(addr)
+	startServer(t, addr, "redis-server with TLS (is it built with TLS?)", "--port", "0", "--tls-port", port, "--bind", "127.0.0.1",
+		"--tls-cert-file", f.serverCert, "--tls-key-file", f.serverKey, "--tls-ca-cert-file", f.ca,
+		"--tls-auth-clients", "yes", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	return addr
+}
+
+// freeLoopback returns a loopback address nothing listens on.
+func freeLoopback(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", "0", "--tls-port", port, "--bind", "127.0.0.1",
-		"--tls-cert-file", f.serverCert, "--tls-key-file", f.serverKey, "--tls-ca-cert-file", f.ca,
-		"--tls-auth-clients", "yes", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startServer runs redis-server with args until the test ends and waits
+// until it listens on addr; what names it in failures.
+func startServer(t *testing.T, addr, what string, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not on PATH (%v); install Redis to run this test", err)
+	}
+	cmd := exec.Command(bin, args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server with TLS: %v", err)
+		t.Fatalf("starting %s: %v", what, err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -183,10 +197,10 @@ func startTLSRedis(t *testing.T, f tlsFiles) string {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			return addr
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server with TLS did not listen on %s within 10 s (is it built with TLS?): %s", addr, out.String())
+			t.Fatalf("%s did not listen on %s within 10 s: %s", what, addr, out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -256,44 +270,15 @@ func TestRedisTLS(t *testing.T) {
 // monitors the test Redis as master name; it returns its address.
 func startSentinel(t *testing.T, master, pass string) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not on PATH (%v); install Redis to run this test", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopback(t)
 	host, port, _ := net.SplitHostPort(addr)
 	rhost, rport, _ := net.SplitHostPort(testenv.RedisAddr(t))
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf("port %s\nbind %s\nsentinel monitor %s %s %s 1\nrequirepass %s\n", port, host, master, rhost, rport, pass)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-sentinel: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-sentinel did not listen on %s within 10 s: %s", addr, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	startServer(t, addr, "redis-sentinel", conf, "--sentinel")
+	return addr
 }
 
 // In sentinel mode, redis.sentinelPassword authenticates to the sentinels
