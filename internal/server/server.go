@@ -221,6 +221,13 @@ const rollbackCheckEvery = 30 * time.Second
 // replicaTimeout bounds how long a write waits for its replicas (WAIT).
 const replicaTimeout = 2 * time.Second
 
+// noRetries turns off go-redis's own retries. It resends a command whose
+// reply did not arrive in time — and a write script that ran but whose
+// reply was late (a sidecar paused past the read deadline, a slow network)
+// would then be buffered twice: an $inc applied twice. The front doors'
+// error classes tell clients what is safe to retry instead.
+const noRetries = -1
+
 // newRedis returns the client for the configured mode: one server, a
 // Sentinel-managed primary (failover is Redis's own; the client follows the
 // new primary), or a Redis Cluster (every script's keys share a hash tag).
@@ -237,19 +244,19 @@ func newRedis(c config.Redis, onConnect func(context.Context, *redis.Conn) error
 			MasterName: c.MasterName, SentinelAddrs: c.Addrs,
 			SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword,
 			Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: tc,
-			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize, MaxRetries: noRetries,
 			OnConnect: onConnect,
 		}), nil
 	case config.ModeCluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: c.Addrs, Username: c.Username, Password: c.Password, TLSConfig: tc,
-			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+			DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize, MaxRetries: noRetries,
 			OnConnect: onConnect,
 		}), nil
 	}
 	return redis.NewClient(&redis.Options{
 		Addr: c.Addrs[0], Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: tc,
-		DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize,
+		DialTimeout: c.DialTimeout.Duration, PoolSize: c.PoolSize, MaxRetries: noRetries,
 		OnConnect: onConnect,
 	}), nil
 }
