@@ -81,38 +81,30 @@ func (b *bank) audit(ctx context.Context, c *client.Client, st *bankStats, branc
 		if err != nil {
 			return err
 		}
-		// In parallel: the shorter the window between the first read and
+		// In one request: the shorter the window between the first read and
 		// the commit, the likelier no transfer wounds the audit.
-		var total atomic.Int64
-		var wg sync.WaitGroup
-		errs := make([]error, b.accounts)
+		keys := make([]string, b.accounts)
 		for id := range b.accounts {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				raw, err := c.Cache(ctx, b.acctKey(branch, id), sid, false)
-				if err == nil {
-					var a account
-					if a, err = decodeAccount(raw); err == nil {
-						total.Add(a.Balance)
-					}
-				}
-				errs[id] = err
-			}()
+			keys[id] = b.acctKey(branch, id)
 		}
-		wg.Wait()
-		// One read refused aborts the session, and the others may then
-		// find it gone: an abort explains the rest.
-		var readErr error
-		for _, err := range errs {
-			if err != nil && (readErr == nil || client.IsAborted(err)) {
-				readErr = err
+		var total int64
+		vals, readErr := c.CacheMany(ctx, keys, sid, false)
+		for id, raw := range vals {
+			if readErr != nil {
+				break
 			}
+			var a account
+			if a, readErr = decodeAccount(raw); readErr != nil {
+				readErr = fmt.Errorf("account %d/%d reads %s: %v", branch, id, raw, readErr)
+			}
+			total += a.Balance
+		}
+		if readErr != nil && !client.IsAborted(readErr) {
+			_ = c.AbortSession(ctx, sid)
+			return readErr
 		}
 		if readErr == nil {
 			_, readErr = c.CommitSession(ctx, sid, client.Commit{})
-		} else {
-			_ = c.AbortSession(ctx, sid)
 		}
 		if client.IsAborted(readErr) {
 			st.auditAborts.Add(1)
@@ -122,8 +114,8 @@ func (b *bank) audit(ctx context.Context, c *client.Client, st *bankStats, branc
 			return readErr
 		}
 		st.audits.Add(1)
-		if want := b.initial * int64(b.accounts); total.Load() != want {
-			return fmt.Errorf("audit of branch %d saw a total of %d, want %d: an inconsistent state", branch, total.Load(), want)
+		if want := b.initial * int64(b.accounts); total != want {
+			return fmt.Errorf("audit of branch %d saw a total of %d, want %d: an inconsistent state", branch, total, want)
 		}
 		return nil
 	}

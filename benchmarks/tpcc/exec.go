@@ -75,6 +75,45 @@ func (t *dbTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row
 	return rows[0], true, nil
 }
 
+// GetMany sends the reads' queries in one pgx batch: one round trip, as
+// the sidecar's multi-read is one request.
+func (t *dbTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
+	b := &pgx.Batch{}
+	for _, r := range reads {
+		q := r.M.Query
+		if l == ForUpdate {
+			q += " FOR UPDATE"
+		}
+		b.Queue(q, r.Params...)
+	}
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	out := make([]Row, len(reads))
+	for i, r := range reads {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, fmt.Errorf("tpcc: %s: %w", r.M.Name, err)
+		}
+		fds := rows.FieldDescriptions()
+		if rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[i] = make(Row, len(vals))
+			for j, v := range vals {
+				out[i][fds[j].Name] = v
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("tpcc: %s: %w", r.M.Name, err)
+		}
+	}
+	return out, br.Close()
+}
+
 func (t *dbTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
 	return t.query(ctx, m, l, params)
 }
@@ -119,17 +158,26 @@ type sessionTx struct {
 	commit client.Commit
 }
 
-func (t *sessionTx) read(ctx context.Context, m *Mapping, l Lease, params []any) (json.RawMessage, error) {
-	sid := ""
-	if l != Unleased {
-		if t.sid == "" {
-			id, err := t.c.BeginSession(ctx)
-			if err != nil {
-				return nil, err
-			}
-			t.sid = id
+// session returns the session a read under l belongs to, beginning it at
+// the first leased read ("" for an unleased read).
+func (t *sessionTx) session(ctx context.Context, l Lease) (string, error) {
+	if l == Unleased {
+		return "", nil
+	}
+	if t.sid == "" {
+		id, err := t.c.BeginSession(ctx)
+		if err != nil {
+			return "", err
 		}
-		sid = t.sid
+		t.sid = id
+	}
+	return t.sid, nil
+}
+
+func (t *sessionTx) read(ctx context.Context, m *Mapping, l Lease, params []any) (json.RawMessage, error) {
+	sid, err := t.session(ctx, l)
+	if err != nil {
+		return nil, err
 	}
 	return t.c.Cache(ctx, m.Key(params...), sid, l == ForUpdate)
 }
@@ -147,6 +195,32 @@ func (t *sessionTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any)
 		return nil, false, fmt.Errorf("tpcc: %s reads %s: %v", m.Key(params...), raw, err)
 	}
 	return r, true, nil
+}
+
+// GetMany reads the entries in one request (GET /v1/cache?key=…).
+func (t *sessionTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
+	sid, err := t.session(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(reads))
+	for i, r := range reads {
+		keys[i] = r.M.Key(r.Params...)
+	}
+	vals, err := t.c.CacheMany(ctx, keys, sid, l == ForUpdate)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Row, len(reads))
+	for i, raw := range vals {
+		if raw == nil {
+			continue
+		}
+		if err := decodeJSON(raw, &out[i]); err != nil {
+			return nil, fmt.Errorf("tpcc: %s reads %s: %v", keys[i], raw, err)
+		}
+	}
+	return out, nil
 }
 
 func (t *sessionTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {

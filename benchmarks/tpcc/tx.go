@@ -39,6 +39,9 @@ const (
 type Tx interface {
 	// Get reads a single-row entry; ok is false when it has no value.
 	Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row, bool, error)
+	// GetMany reads several single-row entries in one round trip: rows[i]
+	// is reads[i]'s row, nil when it has no value.
+	GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error)
 	// List reads a many-row entry.
 	List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error)
 	// Exec adds a statement (the database runs it now).
@@ -50,6 +53,12 @@ type Tx interface {
 	// ends the attempt without committing.
 	Commit(ctx context.Context, queue string) error
 	Rollback(ctx context.Context)
+}
+
+// Read names one entry of a GetMany.
+type Read struct {
+	M      *Mapping
+	Params []any
 }
 
 // Executor begins transactions of one policy.

@@ -164,43 +164,49 @@ func (t *terminal) run(ctx context.Context, tx Tx, in input) (outcome, error) {
 }
 
 // newOrder is clause 2.4.2. Item, warehouse, customer and stock columns it
-// reads never change, so it reads them without leases, and first: the
+// reads never change, so it reads them without leases, first and in one
+// round trip (GetMany): the
 // district's d_next_o_id, the contended value, is read (and, in the
 // database, locked) last, so that its lease or row lock is held for one
 // read and the commit rather than for the whole order.
 func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, error) {
 	w, d := t.w, in.d
-	wh, ok, err := tx.Get(ctx, MapWarehouse, Unleased, w)
-	if err != nil || !ok {
-		return outcome{}, missing(err, "warehouse", w)
+	n := len(in.items)
+	reads := make([]Read, 0, 2+2*n)
+	reads = append(reads, Read{MapWarehouse, []any{w}}, Read{MapCustomer, []any{w, d, in.c}})
+	for i, id := range in.items {
+		reads = append(reads, Read{MapItem, []any{id}}, Read{MapStock, []any{in.supply[i], id}})
+	}
+	rows, err := tx.GetMany(ctx, Unleased, reads)
+	if err != nil {
+		return outcome{}, err
+	}
+	wh, cust := rows[0], rows[1]
+	if wh == nil {
+		return outcome{}, missing(nil, "warehouse", w)
 	}
 	wTax, err := wh.Float("w_tax")
 	if err != nil {
 		return outcome{}, err
 	}
-	cust, ok, err := tx.Get(ctx, MapCustomer, Unleased, w, d, in.c)
-	if err != nil || !ok {
-		return outcome{}, missing(err, "customer", w, d, in.c)
+	if cust == nil {
+		return outcome{}, missing(nil, "customer", w, d, in.c)
 	}
 	disc, err := cust.Float("c_discount")
 	if err != nil {
 		return outcome{}, err
 	}
-	prices, infos := make([]float64, len(in.items)), make([]string, len(in.items))
+	prices, infos := make([]float64, n), make([]string, n)
 	for i, id := range in.items {
-		item, ok, err := tx.Get(ctx, MapItem, Unleased, id)
-		if err != nil {
-			return outcome{}, err
-		}
-		if !ok {
+		item, stock := rows[2+2*i], rows[3+2*i]
+		if item == nil {
 			return outcome{rollback: true}, errRollback
 		}
 		if prices[i], err = item.Float("i_price"); err != nil {
 			return outcome{}, err
 		}
-		stock, ok, err := tx.Get(ctx, MapStock, Unleased, in.supply[i], id)
-		if err != nil || !ok {
-			return outcome{}, missing(err, "stock", in.supply[i], id)
+		if stock == nil {
+			return outcome{}, missing(nil, "stock", in.supply[i], id)
 		}
 		infos[i] = stock.Str(fmt.Sprintf("s_dist_%02d", d))
 	}

@@ -33,6 +33,7 @@ func (h *Handler) RegisterSessions(s Sessions) {
 	h.route("POST /v1/sessions", "session", sh.begin)
 	h.route("POST /v1/sessions/{id}/{action}", "session", sh.act)
 	h.route("GET /v1/cache/{key...}", "cache", sh.read)
+	h.route("GET /v1/cache", "cache", sh.readMany)
 	h.route("GET /v1/queues", "queues", sh.status)
 	h.routeAdmin("POST /v1/queues/flush", "flush", sh.flush)
 	h.routeAdmin("GET /v1/queues/deadletters", "queues", sh.listDead)
@@ -77,15 +78,23 @@ func (sh *sessionHandler) begin(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// leaseParam reads a cache read's lease parameter: whether it asks for X.
+func leaseParam(r *http.Request) (forUpdate bool, err error) {
+	switch l := r.URL.Query().Get("lease"); l {
+	case "", "s":
+		return false, nil
+	case "x":
+		return true, nil
+	default:
+		return false, apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("lease %q is not s or x", l))
+	}
+}
+
 func (sh *sessionHandler) read(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	forUpdate := false
-	switch l := q.Get("lease"); l {
-	case "", "s":
-	case "x":
-		forUpdate = true
-	default:
-		return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("lease %q is not s or x", l))
+	forUpdate, err := leaseParam(r)
+	if err != nil {
+		return err
 	}
 	v, err := sh.s.Service.Read(r.Context(), q.Get("session"), r.PathValue("key"), forUpdate)
 	if err != nil {
@@ -93,6 +102,31 @@ func (sh *sessionHandler) read(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(v)
+	return nil
+}
+
+// readMany serves GET /v1/cache?key=a&key=b…: several mapped entries in
+// one request (session.Service.ReadMany).
+func (sh *sessionHandler) readMany(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	forUpdate, err := leaseParam(r)
+	if err != nil {
+		return err
+	}
+	keys := q["key"]
+	if len(keys) == 0 {
+		return apiError(http.StatusBadRequest, "invalid_argument", "name the keys to read: GET /v1/cache?key=a&key=b, or GET /v1/cache/{key} for one")
+	}
+	vals, err := sh.s.Service.ReadMany(r.Context(), q.Get("session"), keys, forUpdate)
+	if err != nil {
+		return sessionError(w, err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			vals[i] = json.RawMessage("null")
+		}
+	}
+	writeJSON(w, http.StatusOK, client.CacheManyResult{Values: vals})
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,4 +193,68 @@ func TestQueueDeadLetterSelection(t *testing.T) {
 			t.Errorf("%s all with none stopped: done %d", action, done.Done)
 		}
 	}
+}
+
+// Multi-reads of mapped entries: the values in the order asked (a repeated
+// key twice, null for a key with no value), one unmapped or invalid key
+// refusing the whole request before any lease is taken, and leases taken
+// on every key: a session that read two keys in one request is wounded by
+// a commit on either, and one that read them under X holds both.
+func TestCacheReadMany(t *testing.T) {
+	w := newWorld(t, opts{sessions: true})
+	k1, k2, k9 := w.family+":acct:1", w.family+":acct:2", w.family+":acct:9"
+	many := func(q string) string { return "/v1/cache?" + q }
+	var res client.CacheManyResult
+	w.do(t, "GET", many("key="+k2+"&key="+k9+"&key="+k1+"&key="+k2), "").ok(t, "multi-read without a session", &res)
+	want := []string{`{"id":2,"balance":100}`, "null", `{"id":1,"balance":100}`, `{"id":2,"balance":100}`}
+	if len(res.Values) != len(want) {
+		t.Fatalf("multi-read: %d values; want %d", len(res.Values), len(want))
+	}
+	for i, v := range res.Values {
+		if string(v) != want[i] {
+			t.Errorf("value %d: %s; want %s", i, v, want[i])
+		}
+	}
+	s := w.begin(t)
+	cases := []struct {
+		name, path string
+		status     int
+		code, msg  string
+	}{
+		{"no key", many("session=" + s), http.StatusBadRequest, client.CodeInvalidArgument, "name the keys to read"},
+		{"unmapped key", many("session=" + s + "&key=" + k1 + "&key=nothing:1"), http.StatusNotFound, client.CodeNotFound, "no mapping matches the key"},
+		{"invalid key", many("session=" + s + "&key=" + k1 + "&key=a%01b"), http.StatusBadRequest, client.CodeInvalidArgument, "control character"},
+		{"unknown lease", many("lease=q&key=" + k1), http.StatusBadRequest, client.CodeInvalidArgument, `lease "q" is not s or x`},
+		{"x lease without a session", many("lease=x&key=" + k1), http.StatusBadRequest, client.CodeInvalidArgument, "lease=x needs a session"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w.do(t, "GET", tc.path, "").isError(t, tc.name, tc.status, tc.code, tc.msg)
+		})
+	}
+	// The refused requests took no lease: s read nothing, so a writer of
+	// k1 does not wound it, and its (read-only) commit succeeds.
+	w.do(t, "POST", "/v1/sessions/"+w.begin(t)+"/commit", w.commitBody(1, 1)).ok(t, "a transfer into 1", nil)
+	w.do(t, "POST", "/v1/sessions/"+s+"/commit", "{}").ok(t, "the commit of the session whose multi-reads were refused", nil)
+
+	// S leases on both keys: a commit changing k2 voids the reader's S.
+	r := w.begin(t)
+	w.do(t, "GET", many("session="+r+"&key="+k1+"&key="+k2), "").ok(t, "multi-read in a session", &res)
+	if len(res.Values) != 2 || string(res.Values[0]) != `{"id":1,"balance":101}` || string(res.Values[1]) != `{"id":2,"balance":100}` {
+		t.Errorf("multi-read in a session: %s; want accounts 1 (101) and 2 (100)", res.Values)
+	}
+	w.do(t, "POST", "/v1/sessions/"+w.begin(t)+"/commit", w.commitBody(2, 1)).ok(t, "a transfer into 2", nil)
+	w.do(t, "POST", "/v1/sessions/"+r+"/validate", "").isError(t, "validate of the wounded reader", http.StatusConflict, client.CodeAborted, "")
+
+	// X leases on both keys: a younger session's read of either waits, and
+	// sees the value committed by the holder.
+	x, y := w.begin(t), w.begin(t)
+	w.do(t, "GET", many("session="+x+"&lease=x&key="+k1+"&key="+k2), "").ok(t, "multi-read for update", nil)
+	waited := make(chan reply, 1)
+	go func() { waited <- w.do(t, "GET", many("session="+y+"&key="+k2+"&key="+k1), "") }()
+	w.do(t, "POST", "/v1/sessions/"+x+"/commit", w.commitBody(2, 5)).ok(t, "commit of the X holder", nil)
+	if got := <-waited; got.code != http.StatusOK || strings.TrimSpace(string(got.body)) != `{"values":[{"id":2,"balance":106},{"id":1,"balance":101}]}` {
+		t.Errorf("the multi-read that waited for the X leases: %d %s; want both values, account 2 at 106", got.code, got.body)
+	}
+	w.do(t, "POST", "/v1/sessions/"+y+"/commit", "{}").ok(t, "commit of the reader that waited", nil)
 }

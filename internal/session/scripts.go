@@ -11,34 +11,36 @@ import (
 // the lease library (lease.Lua), so that a lease is granted, checked or
 // voided in the same atomic step as the change it guards.
 
-// recordScript notes a key a session read, and the lease it took, in the
-// session's record, if the session exists; an X is never downgraded. It
-// returns the session's start (its age for the wound-wait rule) and the
-// deadline of a wait for this lease on Redis's clock: the lease wait from
-// now, but never past the time the session's first lease expires (field
-// "f": when it was asked for), since a session that outwaits its own
-// leases is voided anyway.
+// recordScript notes the keys a session reads, and the lease it takes on
+// each, in the session's record, if the session exists; an X is never
+// downgraded. It returns the session's start (its age for the wound-wait
+// rule) and the deadline of a wait for these leases on Redis's clock: the
+// lease wait from now, but never past the time the session's first lease
+// expires (field "f": when it was asked for), since a session that
+// outwaits its own leases is voided anyway.
 //
-// KEYS: 1 record. ARGV: 1 field ("k:<key>"), 2 mode, 3 record TTL ms,
-// 4 lease wait ms, 5 lease lifetime ms.
+// KEYS: 1 record. ARGV: 1 record TTL ms, 2 lease wait ms, 3 lease lifetime
+// ms, then pairs of field ("k:<key>") and mode.
 // Returns 0 when the session does not exist, else {start, deadline, first}
-// where first is 1 when this is the session's first lease.
+// where first is 1 when these are the session's first leases.
 var recordScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= 'X' then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+for i = 4, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= 'X' then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
 end
-local deadline, first = now + tonumber(ARGV[4]), 0
+local deadline, first = now + tonumber(ARGV[2]), 0
 local f = tonumber(redis.call('HGET', KEYS[1], 'f'))
 if f then
-  deadline = math.min(deadline, f + tonumber(ARGV[5]))
+  deadline = math.min(deadline, f + tonumber(ARGV[3]))
 else
   redis.call('HSET', KEYS[1], 'f', now)
   first = 1
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return {tonumber(redis.call('HGET', KEYS[1], '_')) or 0, deadline, first}
 `)
 

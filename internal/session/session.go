@@ -219,26 +219,60 @@ func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (jso
 		if forUpdate {
 			mode = string(lease.Exclusive)
 		}
-		if wp, err = s.note(ctx, id, key, mode); err != nil {
+		if wp, err = s.note(ctx, id, mode, key); err != nil {
 			return nil, err
 		}
 	} else if forUpdate {
 		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
 	}
+	return s.readLeased(ctx, r, id, mode, wp, nil)
+}
+
+// readCall is one run of readScript for r with the I token tok.
+func (s *Service) readCall(r ref, id, mode string, wp waitPlan, tok string) rscript.Call {
+	lk := s.keys.LeaseKey(r.part, r.key)
+	return rscript.Call{
+		Script: readScript,
+		Keys:   []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, r.key), lk.Wait},
+		Args:   []any{id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, wp.start, wp.deadline},
+	}
+}
+
+// firstRead is a reply of readScript already obtained (ReadMany's shared
+// round trip) and the I token it ran with.
+type firstRead struct {
+	reply []any
+	tok   string
+}
+
+// readLeased runs readScript for r until it answers (waiting for leases,
+// retrying refusals) and computes a miss; first, if not nil, is the reply
+// of its first run.
+func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp waitPlan, first *firstRead) (json.RawMessage, error) {
+	key := r.key
 	lk := s.keys.LeaseKey(r.part, key)
-	keys := []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, key), lk.Wait}
 	w := lease.Waiter{ID: id, Start: wp.start, Deadline: wp.deadline}
 	if mode != "" {
 		w.Mode = lease.Mode(mode[0])
 	}
 	since, waits, refusals := time.Now(), 0, 0
 	for {
-		tok := newToken()
 		var woke <-chan struct{}
 		if mode != "" {
 			woke = s.wakes.watch(lk.Lease)
 		}
-		v, err := readScript.Run(ctx, s.rdb, keys, id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, wp.start, wp.deadline).Slice()
+		var (
+			v   []any
+			tok string
+			err error
+		)
+		if first != nil {
+			v, tok, first = first.reply, first.tok, nil
+		} else {
+			tok = newToken()
+			c := s.readCall(r, id, mode, wp, tok)
+			v, err = c.Script.Run(ctx, s.rdb, c.Keys, c.Args...).Slice()
+		}
 		if err != nil {
 			if waits > 0 {
 				s.leave(ctx, lk, w)

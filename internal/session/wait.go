@@ -86,11 +86,15 @@ type waitPlan struct {
 	first    bool  // the session's first lease: its record's "f" is now
 }
 
-// note records key and the lease mode asked for in the session's record
-// and returns the request's wait plan (recordScript).
-func (s *Service) note(ctx context.Context, id, key, mode string) (waitPlan, error) {
-	v, err := recordScript.Run(ctx, s.rdb, []string{s.keys.Record(id)}, "k:"+key, mode,
-		s.cfg.SessionTimeout.Milliseconds(), s.cfg.LeaseWait.Milliseconds(), s.cfg.LeaseLifetime.Milliseconds()).Result()
+// note records keys and the lease mode asked for on each in the session's
+// record and returns the requests' wait plan (recordScript).
+func (s *Service) note(ctx context.Context, id, mode string, keys ...string) (waitPlan, error) {
+	args := make([]any, 0, 3+2*len(keys))
+	args = append(args, s.cfg.SessionTimeout.Milliseconds(), s.cfg.LeaseWait.Milliseconds(), s.cfg.LeaseLifetime.Milliseconds())
+	for _, k := range keys {
+		args = append(args, "k:"+k, mode)
+	}
+	v, err := recordScript.Run(ctx, s.rdb, []string{s.keys.Record(id)}, args...).Result()
 	if err != nil {
 		return waitPlan{}, fmt.Errorf("session: %w", err)
 	}
@@ -135,7 +139,7 @@ var errGolden = errors.New("session: refused by a golden S lease")
 // until it is granted, refused by a golden S (errGolden) or the wait is
 // over (AbortedError).
 func (s *Service) acquireX(ctx context.Context, id string, p int, key string, read map[string]string) error {
-	wp, err := s.note(ctx, id, key, string(lease.Exclusive))
+	wp, err := s.note(ctx, id, string(lease.Exclusive), key)
 	if err != nil {
 		return err
 	}

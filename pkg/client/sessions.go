@@ -104,6 +104,33 @@ func (c *Client) BeginSession(ctx context.Context) (string, error) {
 	return res.Session, err
 }
 
+// CacheMany reads several mapped cache entries in one request, as Cache
+// reads each (one Redis round trip for the leases and the entries found):
+// values[i] is keys[i]'s value, nil when it has none. An unmapped key
+// refuses the whole request.
+func (c *Client) CacheMany(ctx context.Context, keys []string, session string, forUpdate bool) ([]json.RawMessage, error) {
+	q := url.Values{}
+	for _, k := range keys {
+		q.Add("key", k)
+	}
+	if session != "" {
+		q.Set("session", session)
+	}
+	if forUpdate {
+		q.Set("lease", "x")
+	}
+	var res CacheManyResult
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/cache?"+q.Encode(), nil, &res); err != nil {
+		return nil, err
+	}
+	for i, v := range res.Values {
+		if string(v) == "null" {
+			res.Values[i] = nil
+		}
+	}
+	return res.Values, nil
+}
+
 // Cache reads a mapped cache entry; in a session (session not empty) under
 // an S lease, or an X lease with forUpdate. A missing value is an error for
 // which IsNotFound is true.

@@ -88,6 +88,12 @@ type ManyResult struct {
 	Docs []json.RawMessage `json:"docs"`
 }
 
+// CacheManyResult is the body of GET /v1/cache?key=…&key=…: the values in
+// the order asked, null for a key with no value.
+type CacheManyResult struct {
+	Values []json.RawMessage `json:"values"`
+}
+
 // ErrorBody is the body of every error response.
 type ErrorBody struct {
 	Error struct {
