@@ -2,6 +2,7 @@ package tpcc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/internal/config"
 )
 
@@ -83,6 +85,7 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 		if out.Result, err = Run(ctx, ro); err != nil {
 			return out, err
 		}
+		logAppliers(o.Log, "tpcc "+o.Policy, sc)
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		began := time.Now()
 		out.Flushed, err = FlushQueues(fctx, sc)
@@ -95,4 +98,18 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 	out.Policy = o.Policy
 	out.Check, err = Check(ctx, pool, o.Scale, out.Work)
 	return out, err
+}
+
+// logAppliers prints what the sidecar's queue appliers did over the whole
+// run (warm-up included): store transactions, sessions and time per
+// transaction, and the session reads that missed.
+func logAppliers(w io.Writer, label string, sc *sidecar.Sidecar) {
+	sessions, batches, err1 := sc.Metric("writeback_session_apply_batch_size")
+	secs, _, err2 := sc.Metric("writeback_session_apply_duration_seconds")
+	reads, _, err3 := sc.Metric("writeback_session_cache_reads_total")
+	if err := errors.Join(err1, err2, err3); err != nil || batches == 0 {
+		return
+	}
+	fmt.Fprintf(w, "[%s] appliers: %d store transactions, %.1f sessions and %.2f ms each on average; %.0f cache reads\n",
+		label, batches, sessions/float64(batches), 1000*secs/float64(batches), reads)
 }

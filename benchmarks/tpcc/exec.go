@@ -39,7 +39,7 @@ func (e *DBExecutor) Close() error { return nil }
 type dbTx struct{ tx pgx.Tx }
 
 func (t *dbTx) query(ctx context.Context, m *Mapping, l Lease, params []any) ([]Row, error) {
-	q := m.Query
+	q := m.dbQuery()
 	if l == ForUpdate {
 		q += " FOR UPDATE"
 	}
@@ -75,12 +75,24 @@ func (t *dbTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row
 	return rows[0], true, nil
 }
 
-// GetMany sends the reads' queries in one pgx batch: one round trip, as
-// the sidecar's multi-read is one request.
+// GetMany and ListMany send the reads' queries in one pgx batch: one
+// round trip, as the sidecar's multi-read is one request.
 func (t *dbTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
+	lists, err := t.queryMany(ctx, l, reads)
+	if err != nil {
+		return nil, err
+	}
+	return firstRows(lists), nil
+}
+
+func (t *dbTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
+	return t.queryMany(ctx, l, reads)
+}
+
+func (t *dbTx) queryMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
 	b := &pgx.Batch{}
 	for _, r := range reads {
-		q := r.M.Query
+		q := r.M.dbQuery()
 		if l == ForUpdate {
 			q += " FOR UPDATE"
 		}
@@ -88,23 +100,24 @@ func (t *dbTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error
 	}
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
-	out := make([]Row, len(reads))
+	out := make([][]Row, len(reads))
 	for i, r := range reads {
 		rows, err := br.Query()
 		if err != nil {
 			return nil, fmt.Errorf("tpcc: %s: %w", r.M.Name, err)
 		}
 		fds := rows.FieldDescriptions()
-		if rows.Next() {
+		for rows.Next() {
 			vals, err := rows.Values()
 			if err != nil {
 				rows.Close()
 				return nil, err
 			}
-			out[i] = make(Row, len(vals))
+			row := make(Row, len(vals))
 			for j, v := range vals {
-				out[i][fds[j].Name] = v
+				row[fds[j].Name] = v
 			}
+			out[i] = append(out[i], row)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -112,6 +125,17 @@ func (t *dbTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error
 		}
 	}
 	return out, br.Close()
+}
+
+// firstRows is each list's first row, nil for an empty one.
+func firstRows(lists [][]Row) []Row {
+	out := make([]Row, len(lists))
+	for i, l := range lists {
+		if len(l) > 0 {
+			out[i] = l[0]
+		}
+	}
+	return out
 }
 
 func (t *dbTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
@@ -197,11 +221,26 @@ func (t *sessionTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any)
 	return r, true, nil
 }
 
-// GetMany reads the entries in one request (GET /v1/cache?key=…).
+// GetMany reads single-row entries in one request (GET /v1/cache?key=…).
 func (t *sessionTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
+	out := make([]Row, len(reads))
+	err := t.cacheMany(ctx, l, reads, func(i int) any { return &out[i] })
+	return out, err
+}
+
+// ListMany reads many-row entries in one request.
+func (t *sessionTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
+	out := make([][]Row, len(reads))
+	err := t.cacheMany(ctx, l, reads, func(i int) any { return &out[i] })
+	return out, err
+}
+
+// cacheMany reads the entries in one request and decodes each value that
+// exists into into(i).
+func (t *sessionTx) cacheMany(ctx context.Context, l Lease, reads []Read, into func(i int) any) error {
 	sid, err := t.session(ctx, l)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	keys := make([]string, len(reads))
 	for i, r := range reads {
@@ -209,18 +248,17 @@ func (t *sessionTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, 
 	}
 	vals, err := t.c.CacheMany(ctx, keys, sid, l == ForUpdate)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]Row, len(reads))
 	for i, raw := range vals {
 		if raw == nil {
 			continue
 		}
-		if err := decodeJSON(raw, &out[i]); err != nil {
-			return nil, fmt.Errorf("tpcc: %s reads %s: %v", keys[i], raw, err)
+		if err := decodeJSON(raw, into(i)); err != nil {
+			return fmt.Errorf("tpcc: %s reads %s: %v", keys[i], raw, err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func (t *sessionTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {

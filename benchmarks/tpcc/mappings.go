@@ -18,9 +18,13 @@ func Queue(w int) string { return Family + "/" + itoa(w) }
 // warehouse's queue. Entries without a queue hold only columns no
 // transaction changes (names, prices, taxes, stock's district info).
 type Mapping struct {
-	Name    string // the key's first segment
-	Params  int    // placeholders after the name, the warehouse first when Queued
-	Query   string
+	Name   string // the key's first segment
+	Params int    // placeholders after the name, the warehouse first when Queued
+	Query  string
+	// DBQuery, when set, is what the database policy runs instead of Query:
+	// the row a locking read wants where the cached entry keeps a value
+	// that is cheaper to keep current (MapOldestNewOrder).
+	DBQuery string
 	Many    bool
 	Queued  bool
 	Columns []string // documentation only: what the value holds
@@ -44,12 +48,26 @@ var (
 			"FROM stock WHERE s_w_id = $1 AND s_i_id = $2"}
 	MapLastOrder = &Mapping{Name: "lastord", Params: 3, Queued: true,
 		Query: "SELECT o_id, o_entry_d, o_carrier_id FROM oorder WHERE o_w_id = $1 AND o_d_id = $2 AND o_c_id = $3 ORDER BY o_id DESC LIMIT 1"}
+	// MapOrderLines carries the order's customer (o_c_id) on every line,
+	// which Delivery needs: it reads the lines of the order MapOldestNewOrder
+	// names and nothing else of the order.
 	MapOrderLines = &Mapping{Name: "ol", Params: 3, Many: true, Queued: true,
-		Query: "SELECT ol_number, ol_i_id, ol_supply_w_id, ol_quantity, ol_amount, ol_delivery_d FROM order_line " +
+		Query: "SELECT ol_number, ol_i_id, ol_supply_w_id, ol_quantity, ol_amount, ol_delivery_d, o_c_id FROM order_line " +
+			"JOIN oorder ON o_w_id = ol_w_id AND o_d_id = ol_d_id AND o_id = ol_o_id " +
 			"WHERE ol_w_id = $1 AND ol_d_id = $2 AND ol_o_id = $3 ORDER BY ol_number"}
+	// MapOldestNewOrder is, cached, the district's next order to deliver:
+	// the oldest undelivered order, or when every order is delivered the id
+	// the next New-Order will take (d_next_o_id). Orders are numbered and
+	// delivered in order, so a New-Order never changes it and a Delivery
+	// moves it one on ($set): the entry stays cached, and no Delivery has
+	// to apply the warehouse's queue to read it. Whether that order exists
+	// yet is what its lines say (an order has at least 5; New-Order drops
+	// the lines' entry of the order it creates). The database policy locks
+	// the oldest new_order row instead (DBQuery).
 	MapOldestNewOrder = &Mapping{Name: "nord", Params: 2, Queued: true,
-		Query: "SELECT no_o_id, o_c_id FROM new_order JOIN oorder ON o_w_id = no_w_id AND o_d_id = no_d_id AND o_id = no_o_id " +
-			"WHERE no_w_id = $1 AND no_d_id = $2 ORDER BY no_o_id LIMIT 1"}
+		Query: "SELECT COALESCE(min(no_o_id), d_next_o_id) AS no_o_id FROM district " +
+			"LEFT JOIN new_order ON no_w_id = d_w_id AND no_d_id = d_id WHERE d_w_id = $1 AND d_id = $2 GROUP BY d_next_o_id",
+		DBQuery: "SELECT no_o_id FROM new_order WHERE no_w_id = $1 AND no_d_id = $2 ORDER BY no_o_id LIMIT 1"}
 	// MapStockLevel: the items of a district's last 20 orders and their
 	// home stock quantities; Stock-Level counts those below its threshold.
 	MapStockLevel = &Mapping{Name: "stocklvl", Params: 2, Many: true, Queued: true,
@@ -63,6 +81,14 @@ var Mappings = []*Mapping{MapWarehouse, MapDistrict, MapCustomer, MapCustomersBy
 
 // names of the placeholders of a key pattern: the first is the warehouse.
 var paramNames = []string{"w", "a", "b"}
+
+// dbQuery is the query the database policy runs.
+func (m *Mapping) dbQuery() string {
+	if m.DBQuery != "" {
+		return m.DBQuery
+	}
+	return m.Query
+}
 
 // Key is the cache key of the entry with these parameters.
 func (m *Mapping) Key(params ...any) string {

@@ -42,8 +42,9 @@ type Tx interface {
 	// GetMany reads several single-row entries in one round trip: rows[i]
 	// is reads[i]'s row, nil when it has no value.
 	GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error)
-	// List reads a many-row entry.
+	// List reads a many-row entry; ListMany several, in one round trip.
 	List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error)
+	ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error)
 	// Exec adds a statement (the database runs it now).
 	Exec(ctx context.Context, sql string, args ...any) error
 	// Patch changes a cached entry with update operators; Affect drops one.

@@ -264,8 +264,7 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 	_ = total * (1 - disc) * (1 + wTax + dTax) // the total shown to the terminal
 	tx.Patch(MapDistrict.Key(w, d), map[string]any{"$set": map[string]any{"d_next_o_id": o + 1}})
 	tx.Affect(MapLastOrder.Key(w, d, in.c))
-	tx.Affect(MapOrderLines.Key(w, d, o))
-	tx.Affect(MapOldestNewOrder.Key(w, d))
+	tx.Affect(MapOrderLines.Key(w, d, o)) // also the sign, for Delivery, that order o exists
 	tx.Affect(MapStockLevel.Key(w, d))
 	if err := tx.Commit(ctx, Queue(w)); err != nil {
 		return outcome{}, err
@@ -390,28 +389,48 @@ func (t *terminal) orderStatus(ctx context.Context, tx Tx, in input) error {
 	return tx.Commit(ctx, "")
 }
 
-// delivery is clause 2.7.4, run at once rather than queued (deferred).
+// delivery is clause 2.7.4, run at once rather than queued (deferred). It
+// reads in two round trips: every district's oldest new order (the
+// database: locked; the sidecar: the next order to deliver, X-leased), then
+// those orders' lines, which hold the customer and the amounts — and, in
+// the sidecar, whether the order exists yet (no lines: nothing to deliver).
 func (t *terminal) delivery(ctx context.Context, tx Tx, in input) error {
 	w := t.w
 	now := timestamp(t.stamp())
-	delivered := 0
+	reads := make([]Read, Districts)
 	for d := 1; d <= Districts; d++ {
-		no, ok, err := tx.Get(ctx, MapOldestNewOrder, ForUpdate, w, d)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		reads[d-1] = Read{MapOldestNewOrder, []any{w, d}}
+	}
+	nos, err := tx.GetMany(ctx, ForUpdate, reads)
+	if err != nil {
+		return err
+	}
+	var ds, os []int
+	reads = reads[:0]
+	for i, no := range nos {
+		if no == nil {
 			continue // none to deliver in this district (clause 2.7.4.2)
 		}
 		o, err := no.Int("no_o_id")
 		if err != nil {
 			return err
 		}
-		c, err := no.Int("o_c_id")
-		if err != nil {
+		ds, os = append(ds, i+1), append(os, o)
+		reads = append(reads, Read{MapOrderLines, []any{w, i + 1, o}})
+	}
+	var lists [][]Row
+	if len(reads) > 0 {
+		if lists, err = tx.ListMany(ctx, Shared, reads); err != nil {
 			return err
 		}
-		lines, err := tx.List(ctx, MapOrderLines, Shared, w, d, o)
+	}
+	delivered := 0
+	for i, lines := range lists {
+		d, o := ds[i], os[i]
+		if len(lines) == 0 {
+			continue // the next order to deliver does not exist yet
+		}
+		c, err := lines[0].Int("o_c_id")
 		if err != nil {
 			return err
 		}
@@ -438,7 +457,7 @@ func (t *terminal) delivery(ctx context.Context, tx Tx, in input) error {
 				return err
 			}
 		}
-		tx.Affect(MapOldestNewOrder.Key(w, d))
+		tx.Patch(MapOldestNewOrder.Key(w, d), map[string]any{"$set": map[string]any{"no_o_id": o + 1}})
 		tx.Affect(MapLastOrder.Key(w, d, c))
 		tx.Affect(MapOrderLines.Key(w, d, o))
 		tx.Patch(MapCustomer.Key(w, d, c), map[string]any{"$inc": map[string]any{"c_balance": sum, "c_delivery_cnt": 1}})
