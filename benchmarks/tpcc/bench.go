@@ -107,9 +107,10 @@ func logAppliers(w io.Writer, label string, sc *sidecar.Sidecar) {
 	sessions, batches, err1 := sc.Metric("writeback_session_apply_batch_size")
 	secs, _, err2 := sc.Metric("writeback_session_apply_duration_seconds")
 	reads, _, err3 := sc.Metric("writeback_session_cache_reads_total")
-	if err := errors.Join(err1, err2, err3); err != nil || batches == 0 {
+	timeouts, _, err4 := sc.Metric("writeback_session_apply_batch_timeouts_total")
+	if err := errors.Join(err1, err2, err3, err4); err != nil || batches == 0 {
 		return
 	}
-	fmt.Fprintf(w, "[%s] appliers: %d store transactions, %.1f sessions and %.2f ms each on average; %.0f cache reads\n",
-		label, batches, sessions/float64(batches), 1000*secs/float64(batches), reads)
+	fmt.Fprintf(w, "[%s] appliers: %d store transactions, %.1f sessions and %.2f ms each on average, %.0f timed out; %.0f cache reads\n",
+		label, batches, sessions/float64(batches), 1000*secs/float64(batches), timeouts, reads)
 }
