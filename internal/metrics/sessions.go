@@ -33,7 +33,17 @@ type Sessions struct {
 	Compacted         prometheus.Counter     // applied_sessions_compacted_total
 	BatchTimeouts     prometheus.Counter     // session_apply_batch_timeouts_total
 	BatchShrinks      prometheus.Counter     // session_apply_batch_shrinks_total
+
+	LeaseWaits       *prometheus.CounterVec // session_lease_waits_total{outcome}
+	LeaseWaitSeconds prometheus.Histogram   // session_lease_wait_seconds
 }
+
+// Label values of Sessions.LeaseWaits' outcome.
+const (
+	WaitGranted   = "granted"   // the lease was granted after the wait
+	WaitTimeout   = "timeout"   // the wait outlasted leaseWait or the session's first lease: 409
+	WaitCancelled = "cancelled" // the request ended first (the client went away, an error)
+)
 
 // Label values of Sessions.Aborts' reason.
 const (
@@ -138,6 +148,18 @@ func NewSessions(reg prometheus.Registerer) *Sessions {
 			Namespace: Namespace, Name: "session_apply_batch_shrinks_total",
 			Help: "Times a queue's batches were halved after one outlived the batch timeout.",
 		}),
+		LeaseWaits: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "session_lease_waits_total",
+			Help: "Lease requests that waited for an older session's lease (wound-wait), by outcome: granted, timeout (answered 409), cancelled.",
+		}, []string{"outcome"}),
+		LeaseWaitSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "session_lease_wait_seconds",
+			Help:    "Time a lease request waited for an older session's lease, whatever the outcome.",
+			Buckets: RequestBuckets,
+		}),
+	}
+	for _, o := range []string{WaitGranted, WaitTimeout, WaitCancelled} {
+		s.LeaseWaits.WithLabelValues(o)
 	}
 	s.ApplyErrors.WithLabelValues(ErrorTransient)
 	s.ApplyErrors.WithLabelValues(ErrorPermanent)

@@ -290,6 +290,7 @@ func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp wai
 				s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
 			}
 			if err := pause(ctx, woke, waits); err != nil {
+				s.endWait(metrics.WaitCancelled, since)
 				s.leave(ctx, lk, w)
 				return nil, err
 			}
@@ -309,6 +310,7 @@ func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp wai
 			}
 			ae := &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: key}
 			if code == -3 {
+				s.endWait(metrics.WaitTimeout, since)
 				ae.Waited = time.Since(since)
 			}
 			return nil, ae

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeback/writeback/internal/lease"
+	"github.com/writeback/writeback/internal/metrics"
 )
 
 // DefaultLeaseWait bounds how long a session waits for a lease another
@@ -113,12 +114,19 @@ func (s *Service) note(ctx context.Context, id, mode string, keys ...string) (wa
 // from there), and the key's other waiters here try again (S waiters
 // behind an S are granted together).
 func (s *Service) waited(ctx context.Context, id string, wp waitPlan, since time.Time, lkey string) {
+	s.endWait(metrics.WaitGranted, since)
 	s.wakes.wake(lkey)
 	if wp.first {
 		if err := s.rdb.HIncrBy(ctx, s.keys.Record(id), "f", time.Since(since).Milliseconds()).Err(); err != nil {
 			s.log.Debug("moving a session's first-lease time", "err", err)
 		}
 	}
+}
+
+// endWait counts a wait that ended with outcome (metrics.Wait…).
+func (s *Service) endWait(outcome string, since time.Time) {
+	s.m.LeaseWaits.WithLabelValues(outcome).Inc()
+	s.m.LeaseWaitSeconds.Observe(time.Since(since).Seconds())
 }
 
 // leave takes a request that gives up for another reason than its verdict
@@ -163,12 +171,14 @@ func (s *Service) acquireX(ctx context.Context, id string, p int, key string, re
 		case lease.Refused:
 			return errGolden
 		case lease.TimedOut:
+			s.endWait(metrics.WaitTimeout, since)
 			return &AbortedError{Reason: ReasonConflict, Conflict: j.Conflict, Key: key, Waited: time.Since(since)}
 		}
 		if n == 1 {
 			s.base.LeaseConflicts.WithLabelValues(string(j.Conflict)).Inc()
 		}
 		if err := pause(ctx, woke, n); err != nil {
+			s.endWait(metrics.WaitCancelled, since)
 			s.leave(ctx, k, w)
 			return err
 		}

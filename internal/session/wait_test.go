@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/writeback/writeback/internal/lease"
+	"github.com/writeback/writeback/internal/metrics"
 )
 
 // beginAt begins a session whose start (its age for the wound-wait rule)
@@ -103,6 +106,19 @@ func TestSessionWaitGrantsFIFO(t *testing.T) {
 			t.Fatalf("commit of waiter %d: %v", i, err)
 		}
 	}
+	w.checkWaits(t, 3, 0)
+}
+
+// checkWaits compares the service's wait metrics with the waits granted
+// and timed out.
+func (w *world) checkWaits(t *testing.T, granted, timedOut int) {
+	t.Helper()
+	g := testutil.ToFloat64(w.svc.m.LeaseWaits.WithLabelValues(metrics.WaitGranted))
+	o := testutil.ToFloat64(w.svc.m.LeaseWaits.WithLabelValues(metrics.WaitTimeout))
+	n := testutil.CollectAndCount(w.svc.m.LeaseWaitSeconds)
+	if int(g) != granted || int(o) != timedOut || n != 1 {
+		t.Errorf("wait metrics: %v granted, %v timed out; want %d and %d, and the wait histogram", g, o, granted, timedOut)
+	}
 }
 
 // Two sessions each hold one key for update and ask for the other's: the
@@ -179,6 +195,7 @@ func TestSessionWaitBound(t *testing.T) {
 		if err := w.commitKey(holder, "k:1:a", `{"v":1}`); err != nil {
 			t.Errorf("the holder's commit: %v", err)
 		}
+		w.checkWaits(t, 0, 1)
 	})
 	t.Run("own first lease", func(t *testing.T) {
 		w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 5*time.Second, 400*time.Millisecond })
