@@ -14,6 +14,10 @@ import (
 // MaxReadMany bounds the keys of one ReadMany.
 const MaxReadMany = 1000
 
+// miss marks, among ReadMany's first replies, a key that peek did not find:
+// it is read afresh (not a code of readScript's).
+const miss = -100
+
 // ReadMany reads several mapped cache keys as Read reads each, in one
 // session (id not empty: under S leases, X with forUpdate) or none. Every
 // key is resolved first: a key that cannot be read (invalid, unmapped)
@@ -62,27 +66,49 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
 	}
 
-	calls := make([]rscript.Call, len(refs))
-	toks := make([]string, len(refs))
-	for i, r := range refs {
-		toks[i] = newToken()
-		calls[i] = s.readCall(r, id, mode, wp, toks[i])
-	}
-	replies, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
-
-	vals := make([]json.RawMessage, len(refs))
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		vals    []json.RawMessage
+		replies []any
+		errs    []error
+		toks    = make([]string, len(refs))
+	)
+	if id == "" {
+		// Outside a session: the cached entries in one round trip of GETs,
+		// then the misses each through readScript, concurrently.
+		var err error
+		if vals, err = s.peek(ctx, refs); err != nil {
+			return nil, err
+		}
+		replies, errs = make([]any, len(refs)), make([]error, len(refs))
+		for i, v := range vals {
+			if v != nil {
+				replies[i] = []any{int64(1), string(v)}
+			} else {
+				replies[i] = []any{int64(miss), ""}
+			}
+		}
+	} else {
+		calls := make([]rscript.Call, len(refs))
+		for i, r := range refs {
+			toks[i] = newToken()
+			calls[i] = s.readCall(r, id, mode, wp, toks[i])
+		}
+		replies, errs, _ = rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
+		vals = make([]json.RawMessage, len(refs))
+	}
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
 	)
 	fail := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		// An abort explains the other keys' failures (the session is gone).
 		var ae *AbortedError
-		if first == nil || (errors.As(err, &ae) && !errors.As(first, &ae)) {
-			first = err
+		if firstErr == nil || (errors.As(err, &ae) && !errors.As(firstErr, &ae)) {
+			firstErr = err
 		}
 	}
 	for i, r := range refs {
@@ -95,16 +121,23 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 			fail(fmt.Errorf("session: read: unexpected reply %v", replies[i]))
 			continue
 		}
-		if code, _ := v[0].(int64); code == 1 {
-			s.m.Reads.WithLabelValues("hit").Inc()
+		code, _ := v[0].(int64)
+		if code == 1 {
+			if id != "" { // peek counted its own
+				s.m.Reads.WithLabelValues("hit").Inc()
+			}
 			val, _ := v[1].(string)
 			vals[i] = json.RawMessage(val)
 			continue
 		}
+		var fr *firstRead // nil: peek's miss, read afresh
+		if code != miss {
+			fr = &firstRead{reply: v, tok: toks[i]}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			val, err := s.readLeased(ctx, r, id, mode, wp, &firstRead{reply: v, tok: toks[i]})
+			val, err := s.readLeased(ctx, r, id, mode, wp, fr)
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				fail(err)
 				return
@@ -113,8 +146,8 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 		}()
 	}
 	wg.Wait()
-	if first != nil {
-		return nil, first
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	out := make([]json.RawMessage, len(keys))
 	for i, k := range keys {
