@@ -21,7 +21,7 @@ type options struct {
 	warehouses, terminals  int
 	items, customers       int
 	duration, warmup       time.Duration
-	quick                  bool
+	quick, cold            bool
 	seed                   uint64
 	args                   []string
 }
@@ -43,6 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
 	fs.BoolVar(&o.quick, "quick", false, "a quick run (under 2 minutes): 2 warehouses, 5 terminals each, 10000 items, 300 customers, 2s warm-up, 10s measured, unless set explicitly")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the load and the terminals")
+	cache := fs.String("cache", "warm", "the sidecar's cache when a run starts: warm (every warehouse, district, customer, item and stock entry read first, as the load leaves the database's buffer pool warm) or cold (empty)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole command (client, sidecar and appliers) to this file")
 	if err := bench.Parse(fs, args); err != nil {
 		return nil, err
@@ -52,6 +53,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if err := bench.QuickDefaults(fs, quick); err != nil {
 			return nil, err
 		}
+	}
+	switch *cache {
+	case "warm":
+	case "cold":
+		o.cold = true
+	default:
+		return nil, fmt.Errorf("--cache %q is not warm or cold", *cache)
 	}
 	var err error
 	if o.policies, err = bench.ParseList("--policies", *policies, tpcc.Policies); err != nil {

@@ -50,7 +50,7 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var failures []string
 	for _, p := range o.policies {
 		out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, DSN: o.dsn, RedisAddr: o.redis, Scale: scale, Terminals: o.terminals,
-			Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr})
+			Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold})
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
