@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -30,11 +31,19 @@ func (s *myStore) PrepareSessions(ctx context.Context) error {
 	return wrapErr("mysql: create "+AppliedSessionsTable, err, myPermanent)
 }
 
-// ApplySessions applies sessions exactly once in one transaction, a round
-// trip per statement (the driver does not pipeline): START TRANSACTION;
-// SELECT the ids already applied; INSERT the others (a racing applier of
-// the same sessions waits here); their statements in order; COMMIT. A
-// deadlock reruns the whole transaction.
+// ApplySessions applies sessions exactly once in one transaction. Usually
+// none of them was applied before (replays follow only crashes and
+// takeovers), and then it is one round trip, one multi-statement packet
+// on Apply's pool (the statements interpolated by the driver, as on the
+// other pool): START TRANSACTION; INSERT the sessions' applied records;
+// their statements in order; COMMIT. If anything in it fails — a record
+// that exists (the session was applied, or a racing applier holds it), a
+// statement the store refuses, a deadlock — the packet's transaction is
+// rolled back and the batch goes the stepwise way, a round trip per
+// statement, which tells which session or statement it was: START
+// TRANSACTION; SELECT the ids already applied; INSERT the others (a
+// racing applier of the same sessions waits here); their statements in
+// order; COMMIT. A deadlock reruns the whole transaction.
 func (s *myStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool, error) {
 	if err := checkSessions(sessions); err != nil {
 		return nil, err
@@ -42,10 +51,61 @@ func (s *myStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool
 	if len(sessions) == 0 {
 		return nil, nil
 	}
-	return retryTx(myRetryable, func() ([]bool, error) { return s.applySessionsOnce(ctx, sessions) })
+	return retryTx(myRetryable, func() ([]bool, error) {
+		if s.applySessionsPacket(ctx, sessions) {
+			return slices.Repeat([]bool{true}, len(sessions)), nil
+		}
+		return s.applySessionsStepwise(ctx, sessions)
+	})
 }
 
-func (s *myStore) applySessionsOnce(ctx context.Context, sessions []Session) ([]bool, error) {
+// maxSessionPacket bounds the multi-statement packet of
+// applySessionsPacket, well under MariaDB's and MySQL's default
+// max_allowed_packet (16 MiB and 64 MiB); a bigger batch goes stepwise.
+const maxSessionPacket = 4 << 20
+
+// applySessionsPacket applies sessions in one multi-statement packet when
+// none of them was applied before and the store takes every statement; it
+// reports whether it did. When it did not, nothing of it is left: its
+// transaction was rolled back (or never committed).
+func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) bool {
+	q := newQuery(myDialect{}).add("START TRANSACTION; INSERT INTO ", AppliedSessionsTable, " (id, queue, seq) VALUES ")
+	for i, ss := range sessions {
+		if ss.Role != "" {
+			return false // refused stepwise, with the reason
+		}
+		if i > 0 {
+			q.add(", ")
+		}
+		q.add("(", q.arg(ss.ID), ", ", q.arg(ss.Queue), ", ", q.arg(ss.Seq), ")")
+	}
+	for _, ss := range sessions {
+		for _, st := range ss.Statements {
+			args, err := statementArgs("mysql", st)
+			if err != nil {
+				return false
+			}
+			q.add("; ", st.SQL)
+			q.args = append(q.args, args...)
+			if q.sb.Len() > maxSessionPacket {
+				return false
+			}
+		}
+	}
+	q.add("; COMMIT")
+	conn, err := s.applyDB.Conn(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, q.String(), q.args...); err != nil {
+		myRollback(conn)
+		return false
+	}
+	return true
+}
+
+func (s *myStore) applySessionsStepwise(ctx context.Context, sessions []Session) ([]bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, wrapErr("apply sessions: begin", err, myPermanent)

@@ -199,3 +199,39 @@ func TestQueryJSON(t *testing.T) {
 		require.GreaterOrEqual(t, n, int64(0))
 	})
 }
+
+// On MySQL a batch none of whose sessions was applied goes in one
+// multi-statement packet; one that holds an applied session, or a
+// statement the store refuses, leaves nothing behind and is left to the
+// stepwise path, which tells which.
+func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		my, ok := h.s.(*myStore)
+		if !ok {
+			return
+		}
+		ss := sessionStore(t, h)
+		tbl := h.table(t, accountDDL)
+		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 10), (2, 0)")
+		upd := "UPDATE " + tbl + " SET bal = bal + ? WHERE id = ?"
+		move := func(seq int64, amt string) Session {
+			return Session{ID: newSessionID(t), Queue: "q/1", Seq: seq, Statements: []Statement{
+				{SQL: upd, Args: args("-"+amt, "1")}, {SQL: upd, Args: args(amt, "2")},
+			}}
+		}
+		s1, s2 := move(1, "3"), move(2, "4")
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID, s2.ID}) })
+		require.True(t, my.applySessionsPacket(t.Context(), []Session{s1, s2}), "a fresh batch goes in one packet")
+		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl))
+
+		s3 := move(3, "1")
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s3.ID}) })
+		require.False(t, my.applySessionsPacket(t.Context(), []Session{s2, s3}), "a batch with an applied session")
+		require.False(t, my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")}), "a batch the CHECK refuses")
+		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl), "a refused packet left something behind")
+		applied, err := ss.ApplySessions(t.Context(), []Session{s2, s3})
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, true}, applied)
+		require.Equal(t, map[int64]string{1: "2.00", 2: "8.00"}, h.balances(t, tbl))
+	})
+}
