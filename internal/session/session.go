@@ -206,35 +206,14 @@ const readAttempts = 4
 // key's queue through the last pending session the key depends on, loads
 // the value through the mapping and installs it under an I lease.
 func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (json.RawMessage, error) {
-	r, err := s.resolve(key)
+	vals, err := s.ReadMany(ctx, id, []string{key}, forUpdate)
 	if err != nil {
 		return nil, err
 	}
-	mode := ""
-	var wp waitPlan
-	if id != "" {
-		if !validID(id) {
-			return nil, ErrUnknownSession
-		}
-		mode = string(lease.Shared)
-		if forUpdate {
-			mode = string(lease.Exclusive)
-		}
-		if wp, err = s.note(ctx, id, mode, key); err != nil {
-			return nil, err
-		}
-	} else if forUpdate {
-		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
-	} else {
-		vals, err := s.peek(ctx, []ref{r})
-		if err != nil {
-			return nil, err
-		}
-		if vals[0] != nil {
-			return vals[0], nil
-		}
+	if vals[0] == nil {
+		return nil, ErrNotFound
 	}
-	return s.readLeased(ctx, r, id, mode, wp, nil)
+	return vals[0], nil
 }
 
 // peek serves reads outside a session from the entries that are cached:
