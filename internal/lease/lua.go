@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // The leases of one key are a Redis hash next to the key's cache entry (in
@@ -256,6 +258,18 @@ func (c *Client) Release(ctx context.Context, keys []Key, holder string) error {
 		return fmt.Errorf("lease: release: %w", err)
 	}
 	return nil
+}
+
+// ValidateCall is Validate as a call of a shared round trip
+// (rscript.Durable.RunAll): its reply, an integer n, means what
+// Validate's n-1 does.
+func ValidateCall(keys []Key, holder string) rscript.Call {
+	return rscript.Call{Script: validateScript, Keys: flatten(keys), Args: []any{holder}}
+}
+
+// ReleaseCall is Release as a call of a shared round trip.
+func ReleaseCall(keys []Key, holder string) rscript.Call {
+	return rscript.Call{Script: releaseScript, Keys: flatten(keys), Args: []any{holder}}
 }
 
 // Set stores a lease as is, whatever is held: tests use it to build every

@@ -239,7 +239,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	}
 	groups := s.byPartition(read)
 	fail := func(err error) (CommitResult, error) {
-		s.release(context.WithoutCancel(ctx), id, read)
+		s.release(context.WithoutCancel(ctx), id, read, -1)
 		var ae *AbortedError
 		if errors.As(err, &ae) {
 			reason := metrics.AbortConflict
@@ -250,21 +250,15 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		}
 		return CommitResult{}, err
 	}
-	for _, p := range sortedParts(groups) {
-		if pl != nil && p == pl.part {
-			continue
-		}
-		keys := groups[p]
-		i, err := s.leases.Validate(ctx, s.leaseKeys(p, keys), id)
-		if err != nil {
-			return fail(fmt.Errorf("session: validate: %w", err))
-		}
-		if i >= 0 {
-			return fail(&AbortedError{Reason: ReasonVoided, Key: keys[i]})
-		}
+	queuePart := -1 // the commit script checks the leases of its partition
+	if pl != nil {
+		queuePart = pl.part
+	}
+	if err := s.validate(ctx, id, groups, queuePart); err != nil {
+		return fail(err)
 	}
 	if pl == nil {
-		s.release(ctx, id, read)
+		s.release(ctx, id, read, -1)
 		s.m.Commits.WithLabelValues("").Inc()
 		s.m.CommitDuration.Observe(time.Since(start).Seconds())
 		return CommitResult{Session: id}, nil
@@ -277,7 +271,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		s.wakes.wake(s.keys.Lease(pl.part, k))
 	}
 	fault.Hit(FaultAfterCommit)
-	s.release(ctx, id, read)
+	s.release(ctx, id, read, pl.part)
 	s.m.Commits.WithLabelValues(pl.fam.Name).Inc()
 	res := CommitResult{Session: id, Queue: pl.queue, Seq: seq}
 	if pl.fam.WriteThrough || (s.Fallback != nil && s.Fallback()) {

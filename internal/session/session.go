@@ -469,15 +469,40 @@ func (s *Service) Validate(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	for p, keys := range s.byPartition(read) {
-		i, err := s.leases.Validate(ctx, s.leaseKeys(p, keys), id)
+	if err := s.validate(ctx, id, s.byPartition(read), -1); err != nil {
+		s.release(ctx, id, read, -1)
+		var ae *AbortedError
+		if errors.As(err, &ae) {
+			s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
+		}
+		return err
+	}
+	return nil
+}
+
+// validate makes the session's S leases golden in every partition of
+// groups but skip (-1: none), all in one round trip; a lease voided or
+// expired is an AbortedError naming its key.
+func (s *Service) validate(ctx context.Context, id string, groups map[int][]string, skip int) error {
+	var calls []rscript.Call
+	var keys [][]string
+	for _, p := range sortedParts(groups) {
+		if p == skip {
+			continue
+		}
+		calls = append(calls, lease.ValidateCall(s.leaseKeys(p, groups[p]), id))
+		keys = append(keys, groups[p])
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	replies, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
+	for i, err := range errs {
 		if err != nil {
 			return fmt.Errorf("session: validate: %w", err)
 		}
-		if i >= 0 {
-			s.release(ctx, id, read)
-			s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
-			return &AbortedError{Reason: ReasonVoided, Key: keys[i]}
+		if n, _ := replies[i].(int64); n > 0 {
+			return &AbortedError{Reason: ReasonVoided, Key: keys[i][n-1]}
 		}
 	}
 	return nil
@@ -489,7 +514,7 @@ func (s *Service) Abort(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.release(ctx, id, read)
+	s.release(ctx, id, read, -1)
 	s.m.Aborts.WithLabelValues(metrics.AbortClient).Inc()
 	return nil
 }
@@ -500,28 +525,39 @@ func (s *Service) abortQuietly(id, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if read, _, err := s.record(ctx, id); err == nil {
-		s.release(ctx, id, read)
+		s.release(ctx, id, read, -1)
 	}
 	s.m.Aborts.WithLabelValues(reason).Inc()
 }
 
-// release gives up every lease of the session and deletes its record,
-// waking the requests of this process waiting for them. Failures are
-// logged: the leases expire anyway.
-func (s *Service) release(ctx context.Context, id string, read map[string]string) {
+// release gives up every lease of the session and deletes its record, in
+// one round trip, and wakes the requests of this process waiting for
+// them; the leases in partition done (-1: none) are gone already (its
+// commit script released them). Failures are logged: the leases expire
+// anyway.
+func (s *Service) release(ctx context.Context, id string, read map[string]string, done int) {
+	var calls []rscript.Call
+	var released []string
 	for p, keys := range s.byPartition(read) {
 		lks := s.leaseKeys(p, keys)
-		if err := s.leases.Release(ctx, lks, id); err != nil {
-			s.log.Debug("releasing a session's leases", "err", err)
+		if p != done {
+			calls = append(calls, lease.ReleaseCall(lks, id))
 		}
 		for _, k := range lks {
-			s.wakes.wake(k.Lease)
+			released = append(released, k.Lease)
 		}
 	}
-	if err := s.rdb.Del(ctx, s.keys.Record(id)).Err(); err != nil {
-		s.log.Debug("deleting a session record", "err", err)
+	calls = append(calls, rscript.Call{Script: forgetScript, Keys: []string{s.keys.Record(id)}})
+	_, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
+	if err := errors.Join(errs...); err != nil {
+		s.log.Debug("releasing a session's leases", "err", err)
 	}
+	s.wakes.wake(released...)
 }
+
+// forgetScript deletes a session's record (a script, so that it shares
+// release's round trip). KEYS: 1 record.
+var forgetScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 
 // runWrite runs a script that changes pinned state and, when replicas are
 // required and the script succeeded (its first reply is positive), fails
