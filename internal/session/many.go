@@ -14,16 +14,13 @@ import (
 // MaxReadMany bounds the keys of one ReadMany.
 const MaxReadMany = 1000
 
-// miss marks, among ReadMany's first replies, a key that peek did not find:
-// it is read afresh (not a code of readScript's).
-const miss = -100
-
 // ReadMany reads several mapped cache keys as Read reads each, in one
 // session (id not empty: under S leases, X with forUpdate) or none. Every
 // key is resolved first: a key that cannot be read (invalid, unmapped)
-// refuses the whole request before any lease is taken. The keys are noted
-// in the session's record in one round trip and read in one more, a
-// pipeline of readScript runs; only the keys that need more — a miss, a
+// refuses the whole request before any lease is taken. In a session the
+// keys are noted in its record in one round trip and read in one more, a
+// pipeline of readScript runs; outside one the cached entries are read in
+// one pipeline of GETs (peek). Only the keys that need more — a miss, a
 // lease to wait for or retry — go on alone, concurrently. A key with no
 // value reads as nil. A lease not granted aborts the session, as in Read:
 // the first such error is returned and the values are nil.
@@ -66,35 +63,18 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
 	}
 
-	var (
-		vals    []json.RawMessage
-		replies []any
-		errs    []error
-		toks    = make([]string, len(refs))
-	)
+	// The first round: a key's value, or what its first readScript run
+	// answered when it needs more (nil outside a session: a miss, read
+	// afresh).
+	vals := make([]json.RawMessage, len(refs))
+	firsts := make([]*firstRead, len(refs))
 	if id == "" {
-		// Outside a session: the cached entries in one round trip of GETs,
-		// then the misses each through readScript, concurrently.
 		var err error
 		if vals, err = s.peek(ctx, refs); err != nil {
 			return nil, err
 		}
-		replies, errs = make([]any, len(refs)), make([]error, len(refs))
-		for i, v := range vals {
-			if v != nil {
-				replies[i] = []any{int64(1), string(v)}
-			} else {
-				replies[i] = []any{int64(miss), ""}
-			}
-		}
-	} else {
-		calls := make([]rscript.Call, len(refs))
-		for i, r := range refs {
-			toks[i] = newToken()
-			calls[i] = s.readCall(r, id, mode, wp, toks[i])
-		}
-		replies, errs, _ = rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
-		vals = make([]json.RawMessage, len(refs))
+	} else if err := s.readFirst(ctx, refs, id, mode, wp, vals, firsts); err != nil {
+		return nil, err
 	}
 
 	var (
@@ -102,44 +82,23 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 		mu       sync.Mutex
 		firstErr error
 	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		// An abort explains the other keys' failures (the session is gone).
-		var ae *AbortedError
-		if firstErr == nil || (errors.As(err, &ae) && !errors.As(firstErr, &ae)) {
-			firstErr = err
-		}
-	}
 	for i, r := range refs {
-		if errs[i] != nil {
-			fail(fmt.Errorf("session: read: %w", errs[i]))
+		if vals[i] != nil {
 			continue
-		}
-		v, ok := replies[i].([]any)
-		if !ok || len(v) < 2 {
-			fail(fmt.Errorf("session: read: unexpected reply %v", replies[i]))
-			continue
-		}
-		code, _ := v[0].(int64)
-		if code == 1 {
-			if id != "" { // peek counted its own
-				s.m.Reads.WithLabelValues("hit").Inc()
-			}
-			val, _ := v[1].(string)
-			vals[i] = json.RawMessage(val)
-			continue
-		}
-		var fr *firstRead // nil: peek's miss, read afresh
-		if code != miss {
-			fr = &firstRead{reply: v, tok: toks[i]}
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			val, err := s.readLeased(ctx, r, id, mode, wp, fr)
+			val, err := s.readLeased(ctx, r, id, mode, wp, firsts[i])
 			if err != nil && !errors.Is(err, ErrNotFound) {
-				fail(err)
+				mu.Lock()
+				defer mu.Unlock()
+				// An abort explains the other keys' failures (the session
+				// is gone).
+				var ae *AbortedError
+				if firstErr == nil || (errors.As(err, &ae) && !errors.As(firstErr, &ae)) {
+					firstErr = err
+				}
 				return
 			}
 			vals[i] = val
@@ -154,4 +113,34 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 		out[i] = vals[at[k]]
 	}
 	return out, nil
+}
+
+// readFirst runs readScript once for every ref, in one pipeline: a hit
+// sets vals[i]; any other answer (a miss, a lease to wait for or retry)
+// sets firsts[i], for readLeased to go on from.
+func (s *Service) readFirst(ctx context.Context, refs []ref, id, mode string, wp waitPlan, vals []json.RawMessage, firsts []*firstRead) error {
+	calls := make([]rscript.Call, len(refs))
+	toks := make([]string, len(refs))
+	for i, r := range refs {
+		toks[i] = newToken()
+		calls[i] = s.readCall(r, id, mode, wp, toks[i])
+	}
+	replies, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
+	for i := range refs {
+		if errs[i] != nil {
+			return fmt.Errorf("session: read: %w", errs[i])
+		}
+		v, ok := replies[i].([]any)
+		if !ok || len(v) < 2 {
+			return fmt.Errorf("session: read: unexpected reply %v", replies[i])
+		}
+		if code, _ := v[0].(int64); code == 1 {
+			s.m.Reads.WithLabelValues("hit").Inc()
+			val, _ := v[1].(string)
+			vals[i] = json.RawMessage(val)
+			continue
+		}
+		firsts[i] = &firstRead{reply: v, tok: toks[i]}
+	}
+	return nil
 }
