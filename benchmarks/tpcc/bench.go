@@ -7,8 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/internal/config"
@@ -20,8 +18,13 @@ var Policies = []string{bench.Database, bench.WriteThrough, bench.WriteBack}
 
 // Options are one policy's benchmark.
 type Options struct {
-	Policy    string
-	DSN       string // the TPC-C database, created if missing
+	Policy string
+	Store  string // Postgres (default) or MySQL
+	DSN    string // the TPC-C database, created if missing; the load and the checks use it
+	// RunDSN, if set, is how the run reaches the same database instead of
+	// DSN: the database alone's transactions and the sidecar (commits,
+	// misses, appliers) go through it, e.g. a latency proxy's address.
+	RunDSN    string
 	RedisAddr string
 	Scale     Scale
 	Terminals int // per warehouse
@@ -50,21 +53,21 @@ type Outcome struct {
 // violation is returned in the Outcome (Check), not as an error.
 func Bench(ctx context.Context, o Options) (Outcome, error) {
 	var out Outcome
-	if err := EnsureDatabase(ctx, o.DSN); err != nil {
+	if o.Store == "" {
+		o.Store = Postgres
+	}
+	conns := max(4, o.Scale.Warehouses*o.Terminals+2)
+	db, err := Open(ctx, o.Store, o.DSN, conns)
+	if err != nil {
 		return out, err
 	}
-	cfg, err := pgxpool.ParseConfig(o.DSN)
-	if err != nil {
-		return out, fmt.Errorf("tpcc: the DSN %q is not valid: %v", o.DSN, err)
+	defer db.Close()
+	runDSN := o.DSN
+	if o.RunDSN != "" {
+		runDSN = o.RunDSN
 	}
-	cfg.MaxConns = int32(max(4, o.Scale.Warehouses*o.Terminals+2))
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return out, fmt.Errorf("tpcc: connecting to %s: %w", o.DSN, err)
-	}
-	defer pool.Close()
 	began := time.Now()
-	consts, err := Load(ctx, pool, o.Scale, o.Seed)
+	consts, err := Load(ctx, db, o.Scale, o.Seed)
 	if err != nil {
 		return out, err
 	}
@@ -74,12 +77,19 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 	ro := RunOptions{Label: "tpcc " + o.Policy, Scale: o.Scale, Terminals: o.Terminals, Warmup: o.Warmup, Duration: o.Duration,
 		Seed: o.Seed, Constants: consts, Progress: o.Log}
 	if o.Policy == bench.Database {
-		ro.Exec = &DBExecutor{Pool: pool}
+		run := db
+		if runDSN != o.DSN {
+			if run, err = Open(ctx, o.Store, runDSN, conns); err != nil {
+				return out, err
+			}
+			defer run.Close()
+		}
+		ro.Exec = run.Executor()
 		if out.Result, err = Run(ctx, ro); err != nil {
 			return out, err
 		}
 	} else {
-		sc, err := StartSidecar(ctx, SidecarOptions{Policy: o.Policy, DSN: o.DSN, RedisAddr: o.RedisAddr, Configure: o.Configure})
+		sc, err := StartSidecar(ctx, SidecarOptions{Policy: o.Policy, Store: o.Store, DSN: runDSN, RedisAddr: o.RedisAddr, Configure: o.Configure})
 		if err != nil {
 			return out, err
 		}
@@ -92,7 +102,7 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 			}
 			fmt.Fprintf(o.Log, "[tpcc %s] warmed the cache: read %d entries in %.1fs\n", o.Policy, n, time.Since(began).Seconds())
 		}
-		ro.Exec, ro.Memory = &SessionExecutor{Client: sc.Client}, SessionMemory(sc)
+		ro.Exec, ro.Memory = &SessionExecutor{Client: sc.Client, Store: o.Store}, SessionMemory(sc)
 		if out.Result, err = Run(ctx, ro); err != nil {
 			return out, err
 		}
@@ -107,7 +117,7 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 		}
 	}
 	out.Policy = o.Policy
-	out.Check, err = Check(ctx, pool, o.Scale, out.Work)
+	out.Check, err = Check(ctx, db, o.Scale, out.Work)
 	return out, err
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Work is what a run committed, to compare with the database: every
@@ -56,8 +54,10 @@ func (c CheckResult) Err() error {
 // Check checks consistency conditions 1–4 (clause 3.3.2.1–3.3.2.4) on the
 // database, and that it holds exactly the committed work (no session lost
 // or applied twice): the orders, history rows and payments of work on top
-// of the initial population at scale s.
-func Check(ctx context.Context, pool *pgxpool.Pool, s Scale, work Work) (CheckResult, error) {
+// of the initial population at scale s. The queries are PostgreSQL's; on
+// MySQL they run without their ::float8 casts, which MariaDB has no need
+// of (its DECIMAL reads as a float64 here, as PostgreSQL's float8 does).
+func Check(ctx context.Context, db *DB, s Scale, work Work) (CheckResult, error) {
 	var res CheckResult
 	add := func(cond, format string, args ...any) {
 		res.Violations = append(res.Violations, Violation{Condition: cond, Detail: fmt.Sprintf(format, args...)})
@@ -70,7 +70,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Scale, work Work) (CheckRe
 		{"condition 1 (W_YTD = sum(D_YTD))",
 			`SELECT w_id, w_ytd::float8, (SELECT sum(d_ytd)::float8 FROM district WHERE d_w_id = w_id) FROM warehouse ORDER BY w_id`,
 			func(v []any) {
-				if w, d := v[1].(float64), v[2].(float64); math.Abs(w-d) > 0.001 {
+				if w, d := num(v[1]), num(v[2]); math.Abs(w-d) > 0.001 {
 					add("condition 1", "warehouse %d: w_ytd %.2f, sum of its d_ytd %.2f", v[0], w, d)
 				}
 			}},
@@ -80,18 +80,18 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Scale, work Work) (CheckRe
 				(SELECT max(no_o_id) FROM new_order WHERE no_w_id = d_w_id AND no_d_id = d_id)
 			FROM district ORDER BY d_w_id, d_id`,
 			func(v []any) {
-				next, maxO := v[2].(int32), v[3].(int32)
+				next, maxO := integer(v[2]), integer(v[3])
 				if next != maxO {
 					add("condition 2", "district %d/%d: d_next_o_id - 1 = %d, max(o_id) = %d", v[0], v[1], next, maxO)
 				}
-				if maxNO, ok := v[4].(int32); ok && maxNO != next {
-					add("condition 2", "district %d/%d: d_next_o_id - 1 = %d, max(no_o_id) = %d", v[0], v[1], next, maxNO)
+				if v[4] != nil && integer(v[4]) != next {
+					add("condition 2", "district %d/%d: d_next_o_id - 1 = %d, max(no_o_id) = %d", v[0], v[1], next, integer(v[4]))
 				}
 			}},
 		{"condition 3 (max(NO_O_ID) - min(NO_O_ID) + 1 = rows in NEW-ORDER)",
 			`SELECT no_w_id, no_d_id, max(no_o_id) - min(no_o_id) + 1, count(*) FROM new_order GROUP BY no_w_id, no_d_id ORDER BY 1, 2`,
 			func(v []any) {
-				if span, n := v[2].(int32), v[3].(int64); int64(span) != n {
+				if span, n := integer(v[2]), integer(v[3]); span != n {
 					add("condition 3", "district %d/%d: new orders span %d order numbers but are %d rows", v[0], v[1], span, n)
 				}
 			}},
@@ -101,36 +101,33 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Scale, work Work) (CheckRe
 				(SELECT count(*) FROM order_line WHERE ol_w_id = d_w_id AND ol_d_id = d_id)
 			FROM district ORDER BY d_w_id, d_id`,
 			func(v []any) {
-				if sum, n := v[2].(int64), v[3].(int64); sum != n {
+				if sum, n := integer(v[2]), integer(v[3]); sum != n {
 					add("condition 4", "district %d/%d: sum(o_ol_cnt) = %d, order lines %d", v[0], v[1], sum, n)
 				}
 			}},
 	}
+	query := func(q string) ([][]any, error) {
+		if db.Store == MySQL {
+			q = strings.ReplaceAll(q, "::float8", "")
+		}
+		return db.rows(ctx, q)
+	}
 	for _, c := range checks {
-		rows, err := pool.Query(ctx, c.query)
+		rows, err := query(c.query)
 		if err != nil {
 			return res, fmt.Errorf("tpcc: %s: %w", c.name, err)
 		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				rows.Close()
-				return res, err
-			}
+		for _, vals := range rows {
 			c.row(vals)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return res, fmt.Errorf("tpcc: %s: %w", c.name, err)
 		}
 		res.Checked = append(res.Checked, c.name)
 	}
 	// The committed work, exactly once.
-	var orders, history int64
-	var ytd float64
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM oorder), (SELECT count(*) FROM history), (SELECT sum(w_ytd)::float8 FROM warehouse)`).Scan(&orders, &history, &ytd); err != nil {
-		return res, fmt.Errorf("tpcc: counting the committed work: %w", err)
+	rows, err := query(`SELECT (SELECT count(*) FROM oorder), (SELECT count(*) FROM history), (SELECT sum(w_ytd)::float8 FROM warehouse)`)
+	if err != nil || len(rows) != 1 {
+		return res, fmt.Errorf("tpcc: counting the committed work: %v", err)
 	}
+	orders, history, ytd := integer(rows[0][0]), integer(rows[0][1]), num(rows[0][2])
 	initial := int64(s.Warehouses * Districts * s.Customers)
 	if want := initial + work.NewOrders; orders != want {
 		add("committed work", "%d orders, want %d (%d loaded + %d New-Orders committed)", orders, want, initial, work.NewOrders)
@@ -144,3 +141,19 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Scale, work Work) (CheckRe
 	res.Checked = append(res.Checked, "committed work (orders, history rows and payments of the run, exactly once)")
 	return res, nil
 }
+
+// num is a number of a check's row: an int64 or float64 (DB.rows), 0 for
+// NULL.
+func num(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	}
+	return 0
+}
+
+// integer is an integer of a check's row (MariaDB sums integers as DECIMAL,
+// read as float64), 0 for NULL.
+func integer(v any) int64 { return int64(math.Round(num(v))) }

@@ -163,12 +163,18 @@ func (t *dbTx) Rollback(ctx context.Context) { _ = t.tx.Rollback(context.Without
 
 // SessionExecutor runs each transaction as a session of a sidecar: reads
 // through GET /v1/cache/{key}, the statements and cache changes in the
-// commit, into the warehouse's queue.
-type SessionExecutor struct{ Client *client.Client }
+// commit, into the warehouse's queue. On a MySQL store the statements are
+// translated to its dialect (MyStatement) before they are committed.
+type SessionExecutor struct {
+	Client *client.Client
+	Store  string // Postgres (default) or MySQL: the dialect of the statements
+}
 
 // Begin starts an attempt; the session itself begins at the first leased
 // read.
-func (e *SessionExecutor) Begin(context.Context) (Tx, error) { return &sessionTx{c: e.Client}, nil }
+func (e *SessionExecutor) Begin(context.Context) (Tx, error) {
+	return &sessionTx{c: e.Client, mysql: e.Store == MySQL}, nil
+}
 
 // Retryable: a 409, the session was aborted by a lease conflict.
 func (e *SessionExecutor) Retryable(err error) bool { return client.IsAborted(err) }
@@ -178,6 +184,7 @@ func (e *SessionExecutor) Close() error { return nil }
 
 type sessionTx struct {
 	c      *client.Client
+	mysql  bool // statements in MySQL's dialect
 	sid    string
 	commit client.Commit
 }
@@ -280,6 +287,12 @@ func decodeJSON(raw []byte, v any) error {
 }
 
 func (t *sessionTx) Exec(_ context.Context, sql string, args ...any) error {
+	if t.mysql {
+		var err error
+		if sql, args, err = MyStatement(sql, args); err != nil {
+			return err
+		}
+	}
 	t.commit.Statements = append(t.commit.Statements, client.Statement{SQL: sql, Args: args})
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Scale is the size of the database. The specification's is Items 100 000
@@ -100,27 +99,34 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 }
 
 // Load drops and recreates the TPC-C tables and populates them as clause
-// 4.3.3.1 says, at scale s, with COPY. It also forgets the sessions a
-// sidecar applied to the old tables (writeback_applied_sessions rows of the
-// tpcc queues). It returns the load's NURand constants' run counterpart.
-func Load(ctx context.Context, pool *pgxpool.Pool, s Scale, seed uint64) (constants, error) {
+// 4.3.3.1 says, at scale s: with COPY on PostgreSQL, with LOAD DATA LOCAL
+// INFILE on MySQL. It also forgets the sessions a sidecar applied to the
+// old tables (writeback_applied_sessions rows of the tpcc queues). It
+// returns the load's NURand constants' run counterpart.
+func Load(ctx context.Context, db *DB, s Scale, seed uint64) (constants, error) {
 	r := rand.New(rand.NewPCG(seed, 0x7bcc))
 	load, run := newConstants(r)
 	for _, t := range Tables {
-		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
+		if err := db.Exec(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 			return run, fmt.Errorf("tpcc: drop %s: %w", t, err)
 		}
 	}
 	for _, q := range ddl {
-		if _, err := pool.Exec(ctx, q); err != nil {
+		if db.Store == MySQL {
+			q = myDDL(q)
+		}
+		if err := db.Exec(ctx, q); err != nil {
 			return run, fmt.Errorf("tpcc: %s: %w", strings.Fields(q)[2], err)
 		}
 	}
-	if _, err := pool.Exec(ctx, "DELETE FROM writeback_applied_sessions WHERE queue LIKE 'tpcc/%'"); err != nil && !strings.Contains(err.Error(), "does not exist") {
+	if err := db.Exec(ctx, "DELETE FROM writeback_applied_sessions WHERE queue LIKE 'tpcc/%'"); err != nil && !missingTable(err) {
 		return run, fmt.Errorf("tpcc: forgetting applied sessions: %w", err)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	copyRows := func(table string, cols []string, n int, row func(i int) []any) error {
+		if db.Store == MySQL {
+			return myLoadRows(ctx, db.my, table, cols, n, row)
+		}
 		src := pgx.CopyFromFunc(func() func() ([]any, error) {
 			i := 0
 			return func() ([]any, error) {
@@ -131,7 +137,7 @@ func Load(ctx context.Context, pool *pgxpool.Pool, s Scale, seed uint64) (consta
 				return row(i - 1), nil
 			}
 		}())
-		if _, err := pool.CopyFrom(ctx, pgx.Identifier{table}, cols, src); err != nil {
+		if _, err := db.pg.CopyFrom(ctx, pgx.Identifier{table}, cols, src); err != nil {
 			return fmt.Errorf("tpcc: loading %s: %w", table, err)
 		}
 		return nil
@@ -169,8 +175,12 @@ func Load(ctx context.Context, pool *pgxpool.Pool, s Scale, seed uint64) (consta
 			}
 		}
 	}
+	analyze := "ANALYZE "
+	if db.Store == MySQL {
+		analyze = "ANALYZE TABLE "
+	}
 	for _, t := range Tables {
-		if _, err := pool.Exec(ctx, "ANALYZE "+t); err != nil {
+		if err := db.Exec(ctx, analyze+t); err != nil {
 			return run, fmt.Errorf("tpcc: analyze %s: %w", t, err)
 		}
 	}

@@ -11,7 +11,8 @@ import (
 // SidecarOptions configure the sidecar a session policy runs through.
 type SidecarOptions struct {
 	Policy    string // bench.WriteBack or bench.WriteThrough: the queue family's policy
-	DSN       string // the TPC-C database (PostgreSQL)
+	Store     string // Postgres (default) or MySQL
+	DSN       string // the TPC-C database
 	RedisAddr string
 	// Configure, if set, adjusts the configuration further (applier
 	// settings, say).
@@ -20,16 +21,32 @@ type SidecarOptions struct {
 
 // StartSidecar starts an in-process sidecar serving the TPC-C sessions:
 // the queue family tpcc over the nine tables, with the given policy, and
-// the mappings of Mappings. (The sidecar also needs one collection: item,
+// the mappings of Mappings, their queries translated to MySQL's dialect on
+// MySQL (MyMappingQuery). (The sidecar also needs one collection: item,
 // which no run writes through it.)
 func StartSidecar(ctx context.Context, o SidecarOptions) (*sidecar.Sidecar, error) {
 	policy := config.PolicyWriteBack
 	if o.Policy == bench.WriteThrough {
 		policy = config.PolicyWriteThrough
 	}
+	if o.Store == "" {
+		o.Store = Postgres
+	}
+	var mappings []map[string]any
+	for _, m := range Mappings {
+		c := m.Config("db")
+		if o.Store == MySQL {
+			q, err := MyMappingQuery(m.Query)
+			if err != nil {
+				return nil, err
+			}
+			c["query"] = q
+		}
+		mappings = append(mappings, c)
+	}
 	return sidecar.Start(ctx, sidecar.Options{
 		Policy:     o.Policy,
-		Driver:     "postgres",
+		Driver:     o.Store,
 		DSN:        o.DSN,
 		RedisAddr:  o.RedisAddr,
 		Collection: "item",
@@ -37,10 +54,7 @@ func StartSidecar(ctx context.Context, o SidecarOptions) (*sidecar.Sidecar, erro
 		PrefixBase: "tpcc",
 		Configure: func(c *config.Config) {
 			c.Queues = map[string]config.Queue{Family: {Store: "db", Tables: Tables, Policy: policy}}
-			c.Mappings = nil
-			for _, m := range Mappings {
-				c.Mappings = append(c.Mappings, m.Config("db"))
-			}
+			c.Mappings = mappings
 			if o.Configure != nil {
 				o.Configure(c)
 			}

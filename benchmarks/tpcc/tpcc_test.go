@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/internal/testenv"
 )
@@ -53,11 +51,11 @@ func TestSmokeWriteBack(t *testing.T) {
 	}
 	t.Logf("%.0f tpmC, %d New-Orders, %d Payments, %d sessions flushed", out.TpmC, out.Work.NewOrders, out.Work.Payments, out.Flushed)
 
-	pool, err := pgxpool.New(ctx, dsn)
+	db, err := Open(ctx, Postgres, dsn, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	defer db.Close()
 	for _, tc := range []struct {
 		name, sql, want string
 	}{
@@ -71,7 +69,7 @@ func TestSmokeWriteBack(t *testing.T) {
 			"DELETE FROM oorder WHERE (o_w_id, o_d_id, o_id) = (SELECT o_w_id, o_d_id, o_id FROM oorder ORDER BY o_id DESC LIMIT 1)", "committed work"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tx, err := pool.Begin(ctx)
+			tx, err := db.pg.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +84,7 @@ func TestSmokeWriteBack(t *testing.T) {
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			res, err := Check(ctx, pool, s, out.Work)
+			res, err := Check(ctx, db, s, out.Work)
 			if err != nil {
 				t.Fatal(err)
 			}
