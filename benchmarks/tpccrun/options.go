@@ -21,6 +21,7 @@ type options struct {
 	warehouses, terminals  int
 	items, customers       int
 	duration, warmup       time.Duration
+	latency                time.Duration // added each way by a latency proxy; 0: none
 	quick, cold            bool
 	seed                   uint64
 	args                   []string
@@ -30,8 +31,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{args: args}
 	fs := flag.NewFlagSet("tpcc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.store, "store", "postgres", "the database: postgres (mysql is not supported yet)")
-	fs.StringVar(&o.dsn, "dsn", "postgres://postgres@127.0.0.1:5432/tpcc?sslmode=disable", "the TPC-C database, created if missing; its nine tables are dropped and reloaded for every policy")
+	fs.StringVar(&o.store, "store", tpcc.Postgres, "the database: postgres or mysql (MariaDB)")
+	fs.StringVar(&o.dsn, "dsn", "", "the TPC-C database, created if missing; its nine tables are dropped and reloaded for every policy (default "+
+		defaultDSN[tpcc.Postgres]+" for postgres, "+defaultDSN[tpcc.MySQL]+" for mysql)")
+	fs.DurationVar(&o.latency, "store-latency", 0, "delay added each way between the benchmark (the database alone's transactions, the sidecar's commits, misses and appliers) "+
+		"and the store by an in-process toxiproxy, whole milliseconds (e.g. 1ms); 0: direct. The load and the checks go direct; Redis stays local")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address of the sidecar")
 	policies := fs.String("policies", strings.Join(tpcc.Policies, ","), "policies to compare: database, write-through, write-back")
 	fs.IntVar(&o.warehouses, "warehouses", 2, "warehouses (W)")
@@ -69,12 +73,21 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, o.validate()
 }
 
+// defaultDSN is --dsn's default per store.
+var defaultDSN = map[string]string{
+	tpcc.Postgres: "postgres://postgres@127.0.0.1:5432/tpcc?sslmode=disable",
+	tpcc.MySQL:    "root@tcp(127.0.0.1:3306)/tpcc",
+}
+
 func (o *options) validate() error {
+	if o.dsn == "" {
+		o.dsn = defaultDSN[o.store]
+	}
 	switch {
-	case o.store == "mysql":
-		return errors.New("--store mysql is not supported yet; use --store postgres")
-	case o.store != "postgres":
-		return fmt.Errorf("--store %q is not a store; use postgres", o.store)
+	case !slices.Contains(tpcc.Stores, o.store):
+		return fmt.Errorf("--store %q is not a store; use postgres or mysql", o.store)
+	case bench.ValidateLatency(o.latency) != nil:
+		return fmt.Errorf("--store-latency: %w", bench.ValidateLatency(o.latency))
 	case o.warehouses < 1 || o.terminals < 1:
 		return errors.New("--warehouses and --terminals must be at least 1")
 	case o.items < 100 || o.customers < 10:

@@ -11,17 +11,21 @@ import (
 
 // report is the JSON file.
 type report struct {
-	Env         bench.Environment `json:"environment"`
-	Warehouses  int               `json:"warehouses"`
-	Terminals   int               `json:"terminals_per_warehouse"`
-	Items       int               `json:"items"`
-	Customers   int               `json:"customers_per_district"`
-	Warmup      string            `json:"warmup"`
-	Duration    string            `json:"duration"`
-	Deviations  []string          `json:"deviations"`
-	Policies    []tpcc.Outcome    `json:"policies"`
-	Ratios      map[string]string `json:"ratios"`
-	Consistency string            `json:"consistency"`
+	Env   bench.Environment `json:"environment"`
+	Store string            `json:"store"`
+	// StoreLatencyMs is the delay a latency proxy added each way between
+	// the runs and the store (0: loopback).
+	StoreLatencyMs int64             `json:"store_latency_ms"`
+	Warehouses     int               `json:"warehouses"`
+	Terminals      int               `json:"terminals_per_warehouse"`
+	Items          int               `json:"items"`
+	Customers      int               `json:"customers_per_district"`
+	Warmup         string            `json:"warmup"`
+	Duration       string            `json:"duration"`
+	Deviations     []string          `json:"deviations"`
+	Policies       []tpcc.Outcome    `json:"policies"`
+	Ratios         map[string]string `json:"ratios"`
+	Consistency    string            `json:"consistency"`
 }
 
 func printTables(w io.Writer, rs []tpcc.Outcome) {
@@ -64,13 +68,16 @@ func printTables(w io.Writer, rs []tpcc.Outcome) {
 }
 
 func plot(o *options, rs []tpcc.Outcome) ([]string, error) {
-	prefix := filepath.Join(o.out, "tpcc-"+o.store)
+	prefix := filepath.Join(o.out, o.name())
 	var paths []string
 	var tpm []bench.Series
 	for _, r := range rs {
 		tpm = append(tpm, bench.Series{Name: r.Policy, Y: []float64{r.TpmC}})
 	}
-	title := fmt.Sprintf("TPC-C, %d warehouses × %d terminals, %s measured", o.warehouses, o.terminals, o.duration)
+	title := fmt.Sprintf("TPC-C on %s, %d warehouses × %d terminals, %s measured", o.store, o.warehouses, o.terminals, o.duration)
+	if o.latency > 0 {
+		title += fmt.Sprintf(", store %v away each way", o.latency)
+	}
 	p := prefix + "-tpmc.png"
 	if err := bench.Bars(p, bench.Figure{Title: title, YLabel: "tpmC (New-Orders per minute)"}, []string{"tpmC"}, tpm); err != nil {
 		return nil, err
@@ -113,4 +120,13 @@ func plot(o *options, rs []tpcc.Outcome) ([]string, error) {
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// name is the stem of the output files: tpcc-<store>, with -<latency>
+// when the store was behind a latency proxy (tpcc-mysql-1ms).
+func (o *options) name() string {
+	if o.latency > 0 {
+		return fmt.Sprintf("tpcc-%s-%v", o.store, o.latency)
+	}
+	return "tpcc-" + o.store
 }

@@ -42,15 +42,34 @@ func execute(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	scale := tpcc.Scale{Warehouses: o.warehouses, Items: o.items, Customers: o.customers}
 	rep := report{
-		Env:        bench.NewEnvironment("tpcc "+strings.Join(o.args, " "), o.quick),
+		Env:   bench.NewEnvironment("tpcc "+strings.Join(o.args, " "), o.quick),
+		Store: o.store, StoreLatencyMs: o.latency.Milliseconds(),
 		Warehouses: o.warehouses, Terminals: o.terminals, Items: o.items, Customers: o.customers,
 		Warmup: o.warmup.String(), Duration: o.duration.String(), Ratios: map[string]string{},
 		Deviations: deviations(scale),
 	}
+	// The store behind a latency proxy, as the YCSB command does it: the
+	// runs go through it, the load and the checks do not.
+	runDSN := o.dsn
+	if o.latency > 0 {
+		addr, err := bench.StoreAddr(o.store, o.dsn)
+		if err != nil {
+			return fmt.Errorf("--store-latency: %w", err)
+		}
+		proxy, err := bench.StartLatencyProxy(addr, o.latency)
+		if err != nil {
+			return err
+		}
+		defer proxy.Close()
+		if runDSN, err = bench.WithStoreAddr(o.store, o.dsn, proxy.Addr); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "tpcc: %s behind a latency proxy at %s adding %v each way (toxiproxy)\n", o.store, proxy.Addr, o.latency)
+	}
 	var failures []string
 	for _, p := range o.policies {
-		out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, DSN: o.dsn, RedisAddr: o.redis, Scale: scale, Terminals: o.terminals,
-			Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold})
+		out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, Store: o.store, DSN: o.dsn, RunDSN: runDSN, RedisAddr: o.redis, Scale: scale,
+			Terminals: o.terminals, Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold})
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -81,7 +100,7 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		rep.Consistency = strings.Join(failures, "; ")
 	}
 	fmt.Fprintln(stdout, "consistency:", rep.Consistency)
-	path := filepath.Join(o.out, "tpcc-"+o.store+".json")
+	path := filepath.Join(o.out, o.name()+".json")
 	if err := bench.WriteJSON(path, rep); err != nil {
 		return err
 	}
