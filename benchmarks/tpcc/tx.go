@@ -35,7 +35,8 @@ const (
 
 // Tx is one attempt of a TPC-C transaction, on a policy's executor: reads
 // of mapped entries, then statements and cache changes, then Commit.
-// Statements use PostgreSQL placeholders ($1 …).
+// Statements use PostgreSQL placeholders ($1 …); the MySQL executors
+// translate them (MyStatement).
 type Tx interface {
 	// Get reads a single-row entry; ok is false when it has no value.
 	Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row, bool, error)

@@ -6,6 +6,7 @@
 //
 //	go run ./benchmarks/cmd/tpcc --quick
 //	go run ./benchmarks/cmd/tpcc --warehouses 4 --terminals 10 --duration 60s
+//	go run ./benchmarks/cmd/tpcc --quick --store mysql --store-latency 1ms
 //
 // Run `make services` first. See benchmarks/README.md.
 package main
