@@ -49,7 +49,7 @@ type Outcome struct {
 }
 
 // Bench loads a fresh database, runs the policy, flushes the sidecar's
-// queues and checks consistency conditions 1–4 and the committed work. A
+// queues and checks consistency conditions 1–5, 7 and 10 and the committed work. A
 // violation is returned in the Outcome (Check), not as an error.
 func Bench(ctx context.Context, o Options) (Outcome, error) {
 	var out Outcome

@@ -51,7 +51,7 @@ func (c CheckResult) Err() error {
 	return fmt.Errorf("tpcc: %d consistency violations: %s", len(c.Violations), b.String())
 }
 
-// Check checks consistency conditions 1–4 (clause 3.3.2.1–3.3.2.4) on the
+// Check checks consistency conditions 1–5, 7 and 10 (clause 3.3.2) on the
 // database, and that it holds exactly the committed work (no session lost
 // or applied twice): the orders, history rows and payments of work on top
 // of the initial population at scale s. The queries are PostgreSQL's; on
@@ -104,6 +104,33 @@ func Check(ctx context.Context, db *DB, s Scale, work Work) (CheckResult, error)
 				if sum, n := integer(v[2]), integer(v[3]); sum != n {
 					add("condition 4", "district %d/%d: sum(o_ol_cnt) = %d, order lines %d", v[0], v[1], sum, n)
 				}
+			}},
+		// Conditions 5, 7 and 10 hold what Delivery did: an order delivered
+		// twice, out of order or not at all breaks one of them.
+		{"condition 5 (O_CARRIER_ID null exactly for the orders in NEW-ORDER)",
+			`SELECT o_w_id, o_d_id, o_id FROM oorder WHERE (o_carrier_id IS NULL) <>
+				(EXISTS (SELECT 1 FROM new_order WHERE no_w_id = o_w_id AND no_d_id = o_d_id AND no_o_id = o_id))
+			ORDER BY 1, 2, 3 LIMIT 20`,
+			func(v []any) {
+				add("condition 5", "order %d/%d/%d: o_carrier_id and its new_order row disagree", v[0], v[1], v[2])
+			}},
+		{"condition 7 (O_CARRIER_ID null exactly when OL_DELIVERY_D is)",
+			`SELECT o_w_id, o_d_id, o_id FROM oorder WHERE (o_carrier_id IS NULL) <>
+				(NOT EXISTS (SELECT 1 FROM order_line WHERE ol_w_id = o_w_id AND ol_d_id = o_d_id AND ol_o_id = o_id AND ol_delivery_d IS NOT NULL))
+			ORDER BY 1, 2, 3 LIMIT 20`,
+			func(v []any) {
+				add("condition 7", "order %d/%d/%d: o_carrier_id and its lines' ol_delivery_d disagree", v[0], v[1], v[2])
+			}},
+		{"condition 10 (C_BALANCE = delivered OL_AMOUNTs - H_AMOUNTs)",
+			`SELECT c_w_id, c_d_id, c_id, c_balance::float8, d::float8, h::float8 FROM (
+				SELECT c_w_id, c_d_id, c_id, c_balance,
+					coalesce((SELECT sum(ol_amount) FROM oorder JOIN order_line ON ol_w_id = o_w_id AND ol_d_id = o_d_id AND ol_o_id = o_id
+						WHERE o_w_id = c_w_id AND o_d_id = c_d_id AND o_c_id = c_id AND ol_delivery_d IS NOT NULL), 0) AS d,
+					coalesce((SELECT sum(h_amount) FROM history WHERE h_c_w_id = c_w_id AND h_c_d_id = c_d_id AND h_c_id = c_id), 0) AS h
+				FROM customer) AS t
+			WHERE abs(c_balance - (d - h)) > 0.001 ORDER BY 1, 2, 3 LIMIT 20`,
+			func(v []any) {
+				add("condition 10", "customer %d/%d/%d: c_balance %.2f, delivered %.2f less paid %.2f", v[0], v[1], v[2], num(v[3]), num(v[4]), num(v[5]))
 			}},
 	}
 	query := func(q string) ([][]any, error) {

@@ -3,7 +3,7 @@
 // directly against the database for comparison: the schema and its
 // (scalable) initial population, the five transactions in the standard
 // mix, terminals without keying or think times, and consistency
-// conditions 1–4 checked after a run and a flush, on PostgreSQL or on
+// conditions 1–5, 7 and 10 checked after a run and a flush, on PostgreSQL or on
 // MariaDB (the transactions and mappings are written in PostgreSQL's
 // dialect and translated, dialect.go). It owns the database it
 // is given (it drops and recreates the nine TPC-C tables) and nothing

@@ -56,7 +56,7 @@ func TestMyStatement(t *testing.T) {
 
 // TestSmokeMySQL runs a tiny TPC-C on MariaDB under every policy (two
 // warehouses, so that remote stock and remote customers cross queues),
-// flushes the sidecar's queues, and checks conditions 1–4 and the
+// flushes the sidecar's queues, and checks conditions 1–5, 7 and 10 and the
 // committed work; then it breaks the database as a wrong applier or a lost
 // session would and checks that Check, on MariaDB, says so.
 func TestSmokeMySQL(t *testing.T) {
@@ -76,8 +76,8 @@ func TestSmokeMySQL(t *testing.T) {
 		if err := out.Check.Err(); err != nil {
 			t.Fatalf("%s on MariaDB: %v\n%s", p, err, log.String())
 		}
-		if len(out.Check.Checked) != 5 {
-			t.Errorf("%s: checked %v, want conditions 1-4 and the committed work", p, out.Check.Checked)
+		if len(out.Check.Checked) != 8 {
+			t.Errorf("%s: checked %v, want conditions 1-5, 7, 10 and the committed work", p, out.Check.Checked)
 		}
 		no := out.Kinds[NewOrder.String()]
 		if out.Work.NewOrders < 5 || out.Work.Payments < 5 || no.Committed == 0 || out.TpmC <= 0 {
@@ -118,6 +118,9 @@ func TestSmokeMySQL(t *testing.T) {
 		{"an order line lost", func() []string {
 			return []string{"DELETE FROM order_line WHERE ol_w_id = 2 AND ol_d_id = 1 AND ol_o_id = 1 AND ol_number = 1"}
 		}, "condition 4"},
+		{"an order delivered, its new order not", func() []string { return []string{damageCarrier} }, "condition 5"},
+		{"an order's lines delivered, the order not", func() []string { return []string{damageLines} }, "condition 7"},
+		{"a delivery paid to its customer twice", func() []string { return []string{damageBalance} }, "condition 10"},
 		{"a whole New-Order session lost", func() []string {
 			v := one("SELECT o_w_id, o_d_id, o_id FROM oorder ORDER BY o_id DESC LIMIT 1")
 			w, d, o := itoa(int(integer(v[0]))), itoa(int(integer(v[1]))), itoa(int(integer(v[2])))

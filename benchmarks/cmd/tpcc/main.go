@@ -1,6 +1,6 @@
 // Command tpcc runs TPC-C as sessions through a writeback sidecar (one queue
 // per warehouse, as in the paper's section 4.3) beside the database alone,
-// and checks TPC-C's consistency conditions 1–4 after each run. It is only
+// and checks TPC-C's consistency conditions 1–5, 7 and 10 after each run. It is only
 // the entry point: the flags, the runs and the report are package
 // tpccrun's.
 //
