@@ -189,71 +189,60 @@ type sessionTx struct {
 	commit client.Commit
 }
 
-// session returns the session a read under l belongs to, beginning it at
-// the first leased read ("" for an unleased read).
-func (t *sessionTx) session(ctx context.Context, l Lease) (string, error) {
-	if l == Unleased {
-		return "", nil
+// fetch reads keys in one request (GET /v1/cache?key=…): unleased outside
+// any session, leased in the attempt's session, which the first leased
+// read begins (session=new: no request of its own). vals[i] is nil when
+// keys[i] has no value.
+func (t *sessionTx) fetch(ctx context.Context, l Lease, keys []string) ([]json.RawMessage, error) {
+	switch {
+	case l == Unleased:
+		return t.c.CacheMany(ctx, keys, "", false)
+	case t.sid == "":
+		sid, vals, err := t.c.BeginCacheMany(ctx, keys, l == ForUpdate)
+		t.sid = sid
+		return vals, err
 	}
-	if t.sid == "" {
-		id, err := t.c.BeginSession(ctx)
-		if err != nil {
-			return "", err
-		}
-		t.sid = id
-	}
-	return t.sid, nil
-}
-
-func (t *sessionTx) read(ctx context.Context, m *Mapping, l Lease, params []any) (json.RawMessage, error) {
-	sid, err := t.session(ctx, l)
-	if err != nil {
-		return nil, err
-	}
-	return t.c.Cache(ctx, m.Key(params...), sid, l == ForUpdate)
+	return t.c.CacheMany(ctx, keys, t.sid, l == ForUpdate)
 }
 
 func (t *sessionTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row, bool, error) {
-	raw, err := t.read(ctx, m, l, params)
-	if client.IsNotFound(err) {
-		return nil, false, nil
-	}
+	rows, err := t.GetMany(ctx, l, []Read{{m, params}})
 	if err != nil {
 		return nil, false, err
 	}
-	var r Row
-	if err := decodeJSON(raw, &r); err != nil {
-		return nil, false, fmt.Errorf("tpcc: %s reads %s: %v", m.Key(params...), raw, err)
-	}
-	return r, true, nil
+	return rows[0], rows[0] != nil, nil
 }
 
-// GetMany reads single-row entries in one request (GET /v1/cache?key=…).
+// GetMany reads single-row entries in one request.
 func (t *sessionTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
 	out := make([]Row, len(reads))
-	err := t.cacheMany(ctx, l, reads, func(i int) any { return &out[i] })
+	err := t.fetchInto(ctx, l, reads, func(i int) any { return &out[i] })
 	return out, err
+}
+
+func (t *sessionTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
+	lists, err := t.ListMany(ctx, l, []Read{{m, params}})
+	if err != nil {
+		return nil, err
+	}
+	return lists[0], nil
 }
 
 // ListMany reads many-row entries in one request.
 func (t *sessionTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
 	out := make([][]Row, len(reads))
-	err := t.cacheMany(ctx, l, reads, func(i int) any { return &out[i] })
+	err := t.fetchInto(ctx, l, reads, func(i int) any { return &out[i] })
 	return out, err
 }
 
-// cacheMany reads the entries in one request and decodes each value that
+// fetchInto reads the entries in one request and decodes each value that
 // exists into into(i).
-func (t *sessionTx) cacheMany(ctx context.Context, l Lease, reads []Read, into func(i int) any) error {
-	sid, err := t.session(ctx, l)
-	if err != nil {
-		return err
-	}
+func (t *sessionTx) fetchInto(ctx context.Context, l Lease, reads []Read, into func(i int) any) error {
 	keys := make([]string, len(reads))
 	for i, r := range reads {
 		keys[i] = r.M.Key(r.Params...)
 	}
-	vals, err := t.c.CacheMany(ctx, keys, sid, l == ForUpdate)
+	vals, err := t.fetch(ctx, l, keys)
 	if err != nil {
 		return err
 	}
@@ -266,18 +255,6 @@ func (t *sessionTx) cacheMany(ctx context.Context, l Lease, reads []Read, into f
 		}
 	}
 	return nil
-}
-
-func (t *sessionTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
-	raw, err := t.read(ctx, m, l, params)
-	if err != nil {
-		return nil, err
-	}
-	var rs []Row
-	if err := decodeJSON(raw, &rs); err != nil {
-		return nil, fmt.Errorf("tpcc: %s reads %s: %v", m.Key(params...), raw, err)
-	}
-	return rs, nil
 }
 
 func decodeJSON(raw []byte, v any) error {

@@ -308,13 +308,16 @@ func findCustomer(ctx context.Context, tx Tx, l Lease, in input) (Row, int, erro
 // to the customer's warehouse's queue, which may be another warehouse's.
 func (t *terminal) payment(ctx context.Context, tx Tx, in input) (outcome, error) {
 	w, d := t.w, in.d
-	wh, ok, err := tx.Get(ctx, MapWarehouse, Unleased, w)
-	if err != nil || !ok {
-		return outcome{}, missing(err, "warehouse", w)
+	rows, err := tx.GetMany(ctx, Unleased, []Read{{MapWarehouse, []any{w}}, {MapDistrict, []any{w, d}}})
+	if err != nil {
+		return outcome{}, err
 	}
-	dist, ok, err := tx.Get(ctx, MapDistrict, Unleased, w, d)
-	if err != nil || !ok {
-		return outcome{}, missing(err, "district", w, d)
+	wh, dist := rows[0], rows[1]
+	if wh == nil {
+		return outcome{}, missing(nil, "warehouse", w)
+	}
+	if dist == nil {
+		return outcome{}, missing(nil, "district", w, d)
 	}
 	cust, c, err := findCustomer(ctx, tx, ForUpdate, in)
 	if err != nil {

@@ -106,7 +106,8 @@ func (sh *sessionHandler) read(w http.ResponseWriter, r *http.Request) error {
 }
 
 // readMany serves GET /v1/cache?key=a&key=b…: several mapped entries in
-// one request (session.Service.ReadMany).
+// one request (session.Service.ReadMany); with session=new, in a session
+// it begins (session.Service.BeginRead).
 func (sh *sessionHandler) readMany(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	forUpdate, err := leaseParam(r)
@@ -117,16 +118,21 @@ func (sh *sessionHandler) readMany(w http.ResponseWriter, r *http.Request) error
 	if len(keys) == 0 {
 		return apiError(http.StatusBadRequest, "invalid_argument", "name the keys to read: GET /v1/cache?key=a&key=b, or GET /v1/cache/{key} for one")
 	}
-	vals, err := sh.s.Service.ReadMany(r.Context(), q.Get("session"), keys, forUpdate)
+	var res client.CacheManyResult
+	if sid := q.Get("session"); sid == "new" {
+		res.Session, res.Values, err = sh.s.Service.BeginRead(r.Context(), keys, forUpdate)
+	} else {
+		res.Values, err = sh.s.Service.ReadMany(r.Context(), sid, keys, forUpdate)
+	}
 	if err != nil {
 		return sessionError(w, err)
 	}
-	for i, v := range vals {
+	for i, v := range res.Values {
 		if v == nil {
-			vals[i] = json.RawMessage("null")
+			res.Values[i] = json.RawMessage("null")
 		}
 	}
-	writeJSON(w, http.StatusOK, client.CacheManyResult{Values: vals})
+	writeJSON(w, http.StatusOK, res)
 	return nil
 }
 

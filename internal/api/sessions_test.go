@@ -257,4 +257,22 @@ func TestCacheReadMany(t *testing.T) {
 		t.Errorf("the multi-read that waited for the X leases: %d %s; want both values, account 2 at 106", got.code, got.body)
 	}
 	w.do(t, "POST", "/v1/sessions/"+y+"/commit", "{}").ok(t, "commit of the reader that waited", nil)
+
+	// session=new begins a session in the read: its S leases are taken
+	// (a transfer into 2 voids them) and it goes on as any session.
+	var begun client.CacheManyResult
+	for i, name := range []string{"voided", "committed"} {
+		w.do(t, "GET", many("session=new&key="+k1+"&key="+k2), "").ok(t, "a multi-read that begins a session", &begun)
+		if _, err := hex.DecodeString(begun.Session); err != nil || len(begun.Session) != 32 || len(begun.Values) != 2 {
+			t.Fatalf("session=new answered %+v; want a session of 32 hex digits and two values", begun)
+		}
+		if i == 0 {
+			w.do(t, "POST", "/v1/sessions/"+w.begin(t)+"/commit", w.commitBody(2, 1)).ok(t, "a transfer into 2", nil)
+			w.do(t, "POST", "/v1/sessions/"+begun.Session+"/commit", "{}").isError(t, "commit of the "+name+" session", http.StatusConflict, client.CodeAborted, "")
+			continue
+		}
+		w.do(t, "GET", "/v1/cache/"+k1+"?session="+begun.Session+"&lease=x", "").ok(t, "a read for update in the begun session", nil)
+		w.do(t, "POST", "/v1/sessions/"+begun.Session+"/commit", w.commitBody(1, 2)).ok(t, "commit of the "+name+" session", nil)
+	}
+	w.do(t, "GET", many("session=new&key=nothing:1"), "").isError(t, "session=new with an unmapped key", http.StatusNotFound, client.CodeNotFound, "no mapping matches the key")
 }

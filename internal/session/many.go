@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/rscript"
@@ -25,6 +26,26 @@ const MaxReadMany = 1000
 // value reads as nil. A lease not granted aborts the session, as in Read:
 // the first such error is returned and the values are nil.
 func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpdate bool) ([]json.RawMessage, error) {
+	return s.readMany(ctx, id, 0, keys, forUpdate)
+}
+
+// BeginRead begins a session and reads keys in it, as ReadMany, in the
+// same round trips: the session's record is created by the step that
+// notes the keys. It returns the session's id, which goes on as one begun
+// by Begin; after an error other than an abort, the session may exist but
+// is best left to time out (its leases expire).
+func (s *Service) BeginRead(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error) {
+	id := newID()
+	vals, err := s.readMany(ctx, id, time.Now().UnixMicro(), keys, forUpdate)
+	if err != nil {
+		return "", nil, err
+	}
+	s.m.Begun.Inc()
+	return id, vals, nil
+}
+
+// readMany is ReadMany, beginning session id at begin when begin is not 0.
+func (s *Service) readMany(ctx context.Context, id string, begin int64, keys []string, forUpdate bool) ([]json.RawMessage, error) {
 	if len(keys) == 0 || len(keys) > MaxReadMany {
 		return nil, invalid("a multi-read names 1 to %d keys, not %d", MaxReadMany, len(keys))
 	}
@@ -56,7 +77,7 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 			uniq[i] = r.key
 		}
 		var err error
-		if wp, err = s.note(ctx, id, mode, uniq...); err != nil {
+		if wp, err = s.note(ctx, id, begin, mode, uniq...); err != nil {
 			return nil, err
 		}
 	} else if forUpdate {

@@ -20,14 +20,19 @@ import (
 // outwaits its own leases is voided anyway.
 //
 // KEYS: 1 record. ARGV: 1 record TTL ms, 2 lease wait ms, 3 lease lifetime
-// ms, then pairs of field ("k:<key>") and mode.
+// ms, 4 the start of a session to begin here ("0": none, the session must
+// exist), then pairs of field ("k:<key>") and mode.
 // Returns 0 when the session does not exist, else {start, deadline, first}
 // where first is 1 when these are the session's first leases.
 var recordScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[4] ~= '0' then
+  if redis.call('HSETNX', KEYS[1], '_', ARGV[4]) == 0 then return 0 end
+elseif redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   if redis.call('HGET', KEYS[1], ARGV[i]) ~= 'X' then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end

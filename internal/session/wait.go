@@ -88,10 +88,11 @@ type waitPlan struct {
 }
 
 // note records keys and the lease mode asked for on each in the session's
-// record and returns the requests' wait plan (recordScript).
-func (s *Service) note(ctx context.Context, id, mode string, keys ...string) (waitPlan, error) {
-	args := make([]any, 0, 3+2*len(keys))
-	args = append(args, s.cfg.SessionTimeout.Milliseconds(), s.cfg.LeaseWait.Milliseconds(), s.cfg.LeaseLifetime.Milliseconds())
+// record and returns the requests' wait plan (recordScript). begin, when
+// not zero, is the start of a session note begins (its id new).
+func (s *Service) note(ctx context.Context, id string, begin int64, mode string, keys ...string) (waitPlan, error) {
+	args := make([]any, 0, 4+2*len(keys))
+	args = append(args, s.cfg.SessionTimeout.Milliseconds(), s.cfg.LeaseWait.Milliseconds(), s.cfg.LeaseLifetime.Milliseconds(), begin)
 	for _, k := range keys {
 		args = append(args, "k:"+k, mode)
 	}
@@ -147,7 +148,7 @@ var errGolden = errors.New("session: refused by a golden S lease")
 // until it is granted, refused by a golden S (errGolden) or the wait is
 // over (AbortedError).
 func (s *Service) acquireX(ctx context.Context, id string, p int, key string, read map[string]string) error {
-	wp, err := s.note(ctx, id, string(lease.Exclusive), key)
+	wp, err := s.note(ctx, id, 0, string(lease.Exclusive), key)
 	if err != nil {
 		return err
 	}

@@ -109,6 +109,19 @@ func (c *Client) BeginSession(ctx context.Context) (string, error) {
 // values[i] is keys[i]'s value, nil when it has none. An unmapped key
 // refuses the whole request.
 func (c *Client) CacheMany(ctx context.Context, keys []string, session string, forUpdate bool) ([]json.RawMessage, error) {
+	res, err := c.cacheMany(ctx, keys, session, forUpdate)
+	return res.Values, err
+}
+
+// BeginCacheMany begins a session and reads keys in it (under S leases, X
+// with forUpdate) in one request, as BeginSession then CacheMany would in
+// two: it returns the session, to go on with, and the values.
+func (c *Client) BeginCacheMany(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error) {
+	res, err := c.cacheMany(ctx, keys, "new", forUpdate)
+	return res.Session, res.Values, err
+}
+
+func (c *Client) cacheMany(ctx context.Context, keys []string, session string, forUpdate bool) (CacheManyResult, error) {
 	q := url.Values{}
 	for _, k := range keys {
 		q.Add("key", k)
@@ -121,14 +134,14 @@ func (c *Client) CacheMany(ctx context.Context, keys []string, session string, f
 	}
 	var res CacheManyResult
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/cache?"+q.Encode(), nil, &res); err != nil {
-		return nil, err
+		return CacheManyResult{}, err
 	}
 	for i, v := range res.Values {
 		if string(v) == "null" {
 			res.Values[i] = nil
 		}
 	}
-	return res.Values, nil
+	return res, nil
 }
 
 // Cache reads a mapped cache entry; in a session (session not empty) under

@@ -89,9 +89,11 @@ type ManyResult struct {
 }
 
 // CacheManyResult is the body of GET /v1/cache?key=…&key=…: the values in
-// the order asked, null for a key with no value.
+// the order asked, null for a key with no value, and with session=new the
+// session the read began.
 type CacheManyResult struct {
-	Values []json.RawMessage `json:"values"`
+	Session string            `json:"session,omitempty"`
+	Values  []json.RawMessage `json:"values"`
 }
 
 // ErrorBody is the body of every error response.
