@@ -57,6 +57,10 @@ type Result struct {
 	Pinned     []Sample         `json:"pinned_bytes,omitempty"`
 	Pending    []Sample         `json:"pending_sessions,omitempty"`
 	Work       Work             `json:"work"` // everything committed, warm-up included
+	// CPUPerTx is the processor time per transaction of the measured run,
+	// in ms, by process (bench.CPU's names; "self" is the terminals and an
+	// in-process sidecar): where a saturated machine's time goes.
+	CPUPerTx map[string]float64 `json:"cpu_ms_per_tx,omitempty"`
 }
 
 // terminalStats is what one terminal counts; merged at the end.
@@ -153,9 +157,11 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 		res.Pending = append(res.Pending, Sample{T: at, V: float64(pending)})
 	}
 	sample(time.Now())
+	var cpu0 bench.CPU
 	if o.Warmup == 0 {
 		measuring.Store(true)
 		prog.Start()
+		cpu0 = bench.TakeCPU()
 	}
 	for !stop.Load() {
 		now := <-tick.C
@@ -166,6 +172,7 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 		if !measuring.Load() && !now.Before(measureAt) {
 			measuring.Store(true)
 			prog.Start()
+			cpu0 = bench.TakeCPU()
 		}
 		sample(now)
 		if !now.Before(end) {
@@ -174,6 +181,7 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 	}
 	measuring.Store(false)
 	measured := time.Since(measureAt)
+	cpu := bench.TakeCPU().Sub(cpu0)
 	prog.Stop()
 	wg.Wait()
 	sample(time.Now())
@@ -209,6 +217,12 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 	}
 	res.TpmC = float64(res.Kinds[NewOrder.String()].Committed) / (res.Seconds / 60)
 	res.TxPerSec = float64(total) / res.Seconds
+	if total > 0 && len(cpu) > 0 {
+		res.CPUPerTx = map[string]float64{}
+		for p, d := range cpu {
+			res.CPUPerTx[p] = float64(d.Microseconds()) / 1000 / float64(total)
+		}
+	}
 	return res, nil
 }
 

@@ -453,9 +453,10 @@ func pgPermanent(err error) bool {
 	return false
 }
 
-// pgRetryable reports whether the transaction was aborted by a deadlock or
-// a serialization failure and can simply be rerun.
+// pgRetryable reports whether the transaction was aborted by a deadlock, a
+// serialization failure or a lock wait past lock_timeout (session batches,
+// pgSessionLockTimeout) and can simply be rerun.
 func pgRetryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03")
 }

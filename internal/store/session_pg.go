@@ -194,16 +194,30 @@ func isPgServerError(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// pgSessionLockTimeout bounds a session batch's wait for a row lock.
+// Batches of different queues can change the same rows (TPC-C's remote
+// stock and customers) in different orders, and two such batches applied
+// at once (two appliers, or an applier and a miss) deadlock; PostgreSQL
+// looks for deadlocks only after deadlock_timeout (1 s by default, and
+// only a superuser may lower it), a second during which every request
+// that needs either queue waits. A batch that waits longer than this for
+// a lock gives up instead (55P03, retried like a deadlock), so a deadlock
+// costs at most this; a batch that merely waits for a long one retries.
+const pgSessionLockTimeout = "SET LOCAL lock_timeout = '250ms'"
+
 // pgAppliedIDs begins the transaction and returns which of ids are
 // applied.
 func pgAppliedIDs(ctx context.Context, conn *pgx.Conn, ids []string) (map[string]bool, error) {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	batch.Queue(pgSessionLockTimeout)
 	batch.Queue("SELECT id FROM "+AppliedSessionsTable+" WHERE id = ANY($1::text[])", ids)
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
