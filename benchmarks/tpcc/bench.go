@@ -37,6 +37,9 @@ type Options struct {
 	// Cold starts a sidecar run with an empty cache; otherwise Warm fills
 	// it first, as the load leaves the database's buffer pool warm.
 	Cold bool
+	// AfterFlush, if set, runs once a sidecar's queues are flushed, before
+	// the sidecar stops (tests look at its cache).
+	AfterFlush func(context.Context, *sidecar.Sidecar) error
 }
 
 // Outcome is one policy's result: the run, the flush and the checks.
@@ -114,6 +117,11 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 		out.FlushSeconds = time.Since(began).Seconds()
 		if err != nil {
 			return out, fmt.Errorf("tpcc: flushing the queues after the %s run: %w", o.Policy, err)
+		}
+		if o.AfterFlush != nil {
+			if err := o.AfterFlush(ctx, sc); err != nil {
+				return out, err
+			}
 		}
 	}
 	out.Policy = o.Policy

@@ -151,6 +151,7 @@ func (t *dbTx) Exec(ctx context.Context, sql string, args ...any) error {
 
 func (t *dbTx) Patch(string, map[string]any) {}
 func (t *dbTx) Affect(string)                {}
+func (t *dbTx) Set(string, json.RawMessage)  {}
 
 func (t *dbTx) Commit(ctx context.Context, _ string) error {
 	if err := t.tx.Commit(ctx); err != nil {
@@ -279,6 +280,10 @@ func (t *sessionTx) Patch(key string, patch map[string]any) {
 }
 
 func (t *sessionTx) Affect(key string) { t.commit.Affects = append(t.commit.Affects, key) }
+
+func (t *sessionTx) Set(key string, value json.RawMessage) {
+	t.commit.Cache = append(t.commit.Cache, client.CacheChange{Key: key, Set: value})
+}
 
 func (t *sessionTx) Commit(ctx context.Context, queue string) error {
 	if queue == "" {

@@ -3,6 +3,7 @@ package tpcc
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -149,6 +150,7 @@ func (t *myTx) Exec(ctx context.Context, pg string, args ...any) error {
 
 func (t *myTx) Patch(string, map[string]any) {}
 func (t *myTx) Affect(string)                {}
+func (t *myTx) Set(string, json.RawMessage)  {}
 
 func (t *myTx) Commit(context.Context, string) error {
 	if err := t.tx.Commit(); err != nil {

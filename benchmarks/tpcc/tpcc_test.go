@@ -2,6 +2,8 @@ package tpcc
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"strings"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/sidecar"
+	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/internal/testenv"
 )
 
@@ -34,13 +38,21 @@ func TestSmokeWriteBack(t *testing.T) {
 	dsn := smokeDSN(t)
 	s := Scale{Warehouses: 2, Items: 1000, Customers: 30}
 	var log strings.Builder
+	var lines int
 	out, err := Bench(ctx, Options{Policy: bench.WriteBack, DSN: dsn, RedisAddr: testenv.RedisAddr(t), Scale: s, Terminals: 3,
-		Duration: 3 * time.Second, Seed: 7, Log: io.Writer(&log)})
+		Duration: 3 * time.Second, Seed: 7, Log: io.Writer(&log),
+		AfterFlush: func(ctx context.Context, sc *sidecar.Sidecar) (err error) {
+			lines, err = sameOrderLines(ctx, sc, Postgres, dsn, s)
+			return err
+		}})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	if err := out.Check.Err(); err != nil {
 		t.Fatalf("after a write-back run and a flush: %v\n%s", err, log.String())
+	}
+	if lines == 0 {
+		t.Errorf("no order of the run was compared with its lines' entry")
 	}
 	if len(out.Check.Checked) != 8 {
 		t.Errorf("checked %v, want conditions 1-5, 7, 10 and the committed work", out.Check.Checked)
@@ -61,7 +73,7 @@ func TestSmokeWriteBack(t *testing.T) {
 	}{
 		{"a district's next order id moved", "UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = 1 AND d_id = 1", "condition 2"},
 		{"a payment applied to the district only", "UPDATE district SET d_ytd = d_ytd + 1 WHERE d_w_id = 2 AND d_id = 3", "condition 1"},
-		{"a new order lost", "DELETE FROM new_order WHERE no_w_id = 1 AND no_d_id = 2 AND no_o_id = (SELECT min(no_o_id) + 1 FROM new_order WHERE no_w_id = 1 AND no_d_id = 2)", "condition 3"},
+		{"a new order lost", "DELETE FROM new_order WHERE (no_w_id, no_d_id, no_o_id) = (" + secondNewOrder + ")", "condition 3"},
 		{"an order line lost", "DELETE FROM order_line WHERE ol_w_id = 2 AND ol_d_id = 1 AND ol_o_id = 1 AND ol_number = 1", "condition 4"},
 		{"an order delivered, its new order not", damageCarrier, "condition 5"},
 		{"an order's lines delivered, the order not", damageLines, "condition 7"},
@@ -102,11 +114,67 @@ func TestSmokeWriteBack(t *testing.T) {
 	}
 }
 
-// Damage that the delivery conditions catch, in SQL both stores take: an
-// undelivered order marked delivered (condition 5), an undelivered order's
-// lines marked delivered (7), a customer's balance moved (10).
+// Damage in SQL both stores take, on the district with the most
+// undelivered orders (a run may deliver all of some district's): the
+// second-oldest new order (condition 3; MySQL cannot delete with a
+// subquery of the same table, so it reads secondNewOrder first), the
+// oldest undelivered order marked delivered (5), the newest one's lines
+// marked delivered (7), a customer's balance moved (10).
 const (
-	damageCarrier = "UPDATE oorder SET o_carrier_id = 1 WHERE o_w_id = 1 AND o_d_id = 3 AND o_id = (SELECT min(no_o_id) FROM new_order WHERE no_w_id = 1 AND no_d_id = 3)"
-	damageLines   = "UPDATE order_line SET ol_delivery_d = now() WHERE ol_w_id = 1 AND ol_d_id = 4 AND ol_o_id = (SELECT min(no_o_id) FROM new_order WHERE no_w_id = 1 AND no_d_id = 4)"
-	damageBalance = "UPDATE customer SET c_balance = c_balance + 1 WHERE c_w_id = 1 AND c_d_id = 1 AND c_id = 1"
+	busiest        = "FROM new_order GROUP BY no_w_id, no_d_id HAVING count(*) >= 3 ORDER BY count(*) DESC, no_w_id, no_d_id LIMIT 1"
+	secondNewOrder = "SELECT no_w_id, no_d_id, min(no_o_id) + 1 " + busiest
+	damageCarrier  = "UPDATE oorder SET o_carrier_id = 1 WHERE (o_w_id, o_d_id, o_id) = (SELECT no_w_id, no_d_id, min(no_o_id) " + busiest + ")"
+	damageLines    = "UPDATE order_line SET ol_delivery_d = now() WHERE (ol_w_id, ol_d_id, ol_o_id) = (SELECT no_w_id, no_d_id, max(no_o_id) " + busiest + ")"
+	damageBalance  = "UPDATE customer SET c_balance = c_balance + 1 WHERE c_w_id = 1 AND c_d_id = 1 AND c_id = 1"
 )
+
+// sameOrderLines compares the lines' entry of each district's last order,
+// as the New-Order commit set it, with what MapOrderLines computes from the
+// rows, byte for byte; it returns how many orders of the run it compared.
+func sameOrderLines(ctx context.Context, sc *sidecar.Sidecar, kind, dsn string, s Scale) (int, error) {
+	driver, lastQ, linesQ := "postgres", "SELECT max(o_id) AS o FROM oorder WHERE o_w_id = $1 AND o_d_id = $2", MapOrderLines.Query
+	if kind == MySQL {
+		var err error
+		driver, lastQ = "mysql", "SELECT max(o_id) AS o FROM oorder WHERE o_w_id = ? AND o_d_id = ?"
+		if linesQ, err = MyMappingQuery(linesQ); err != nil {
+			return 0, err
+		}
+	}
+	st, err := store.Open(ctx, driver, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	ss, _ := store.Sessions(st)
+	n := 0
+	for w := 1; w <= s.Warehouses; w++ {
+		for d := 1; d <= Districts; d++ {
+			last, err := ss.QueryJSON(ctx, lastQ, w, d)
+			if err != nil {
+				return n, err
+			}
+			var o struct{ O int }
+			if err := json.Unmarshal(last[0], &o); err != nil || o.O <= s.Customers {
+				continue // no order of the run in this district
+			}
+			rows, err := ss.QueryJSON(ctx, linesQ, w, d, o.O)
+			if err != nil {
+				return n, err
+			}
+			parts := make([]string, len(rows))
+			for i, r := range rows {
+				parts[i] = string(r)
+			}
+			want := "[" + strings.Join(parts, ",") + "]"
+			got, err := sc.Client.Cache(ctx, MapOrderLines.Key(w, d, o.O), "", false)
+			if err != nil {
+				return n, err
+			}
+			if string(got) != want {
+				return n, fmt.Errorf("order %d/%d/%d: the lines' entry is %s, the rows say %s", w, d, o.O, got, want)
+			}
+			n++
+		}
+	}
+	return n, nil
+}

@@ -51,6 +51,9 @@ type Tx interface {
 	// Patch changes a cached entry with update operators; Affect drops one.
 	Patch(key string, patch map[string]any)
 	Affect(key string)
+	// Set gives an entry its new value: exactly the JSON its mapping
+	// computes from the committed rows.
+	Set(key string, value json.RawMessage)
 	// Commit commits into queue (a read-only transaction: ""). Rollback
 	// ends the attempt without committing.
 	Commit(ctx context.Context, queue string) error

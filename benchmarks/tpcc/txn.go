@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -240,6 +241,10 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 		return outcome{}, err
 	}
 	total := 0.0
+	// The order's lines as MapOrderLines computes them from the rows it
+	// inserts (its columns, in its order; decimal(6,2) as the store prints
+	// it), so the commit sets the entry instead of dropping it.
+	lines := []byte{'['}
 	for i, id := range in.items {
 		sw, q := in.supply[i], in.qty[i]
 		remote := 0
@@ -260,11 +265,17 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 			"VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9)", o, d, w, i+1, id, sw, q, amount, infos[i]); err != nil {
 			return outcome{}, err
 		}
+		if i > 0 {
+			lines = append(lines, ',')
+		}
+		lines = fmt.Appendf(lines, `{"ol_number":%d,"ol_i_id":%d,"ol_supply_w_id":%d,"ol_quantity":%d,"ol_amount":%s,"ol_delivery_d":null,"o_c_id":%d}`,
+			i+1, id, sw, q, strconv.FormatFloat(amount, 'f', 2, 64), in.c)
 	}
+	lines = append(lines, ']')
 	_ = total * (1 - disc) * (1 + wTax + dTax) // the total shown to the terminal
 	tx.Patch(MapDistrict.Key(w, d), map[string]any{"$set": map[string]any{"d_next_o_id": o + 1}})
 	tx.Affect(MapLastOrder.Key(w, d, in.c))
-	tx.Affect(MapOrderLines.Key(w, d, o)) // also the sign, for Delivery, that order o exists
+	tx.Set(MapOrderLines.Key(w, d, o), lines) // also the sign, for Delivery, that order o exists
 	tx.Affect(MapStockLevel.Key(w, d))
 	if err := tx.Commit(ctx, Queue(w)); err != nil {
 		return outcome{}, err
