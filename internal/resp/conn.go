@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
+	"github.com/writeback/writeback/internal/nearcache"
 )
 
 // Limits of one connection.
@@ -48,6 +50,7 @@ type job struct {
 	wrote  func(j *job, r document.FieldResult)              // renders fw's result
 	mapErr func(err error) *respError                        // errors fw words its own way (may return nil)
 	run    func(ctx context.Context, j *job)                 // anything else doing I/O; sets the reply
+	whole  bool                                              // read renders the whole document (HGETALL): its reply is memoized in near-cache entries
 }
 
 func (j *job) reply(b []byte) { j.out, j.code = b, 200 }
@@ -295,12 +298,41 @@ func (c *conn) schedule(j *job) {
 	deps := c.deps(j)
 	switch {
 	case len(deps) == 0 && j.read != nil:
+		if e, ok := c.s.svc.Cached(j.ref); ok {
+			// A near-cache hit is answered right here, on the reader: no
+			// Redis round trip, no goroutine.
+			c.answerCached(j, e)
+			return
+		}
 		c.reads = append(c.reads, j)
 	case len(deps) == 0 && j.fw != nil:
 		c.writes = append(c.writes, j)
 	default:
 		go c.runAlone(j, deps)
 	}
+}
+
+// answerCached answers a read from a near-cache entry; a whole-document
+// reply is encoded once per entry and protocol.
+func (c *conn) answerCached(j *job, e *nearcache.Entry) {
+	schema := j.ref.Coll.Table.Schema
+	if !j.whole {
+		j.read(j, schema, e.Hash)
+		c.finish(j)
+		return
+	}
+	slot := nearcache.MemoRESP2
+	if j.proto == 3 {
+		slot = nearcache.MemoRESP3
+	}
+	out := e.Memo(slot, func() []byte {
+		j.read(j, schema, e.Hash)
+		b := bytes.Clone(j.out)
+		j.release()
+		return b
+	})
+	j.out, j.code = out, 200
+	c.finish(j)
 }
 
 // deps returns the unfinished commands j must wait for, and records j as
