@@ -163,7 +163,7 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 					call := int64(time.Since(start))
 					seq++
 					r := rand.IntN(10)
-					if doc == nearDocs && r < 4 && rand.IntN(100) > 0 {
+					if doc == nearDocs && r < 4 && rand.IntN(2000) > 0 {
 						// The last document is read-mostly: written now and
 						// then, so that it is leased even with a hot window.
 						r = 4 + rand.IntN(6)
