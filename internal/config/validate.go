@@ -302,7 +302,7 @@ func (c *Config) validateWriteback(v *validator) {
 	if w.PinnedMemoryLimit <= 0 {
 		v.addf("writeback.pinnedMemoryLimit: %d is not positive; use a size such as 1GiB", w.PinnedMemoryLimit)
 	}
-	v.oneOf("writeback.nearCache", w.NearCache, "near-cache setting", []string{NearCacheOn, NearCacheOff})
+	v.oneOf("writeback.nearCache", w.NearCache, "near-cache setting", []string{NearCacheOff, NearCacheOn})
 	if strings.ContainsAny(w.InstanceID, ";=") {
 		v.addf("writeback.instanceID: %q contains ';' or '='; use letters, digits, '-', '.' or '_'", w.InstanceID)
 	}
