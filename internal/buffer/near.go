@@ -135,6 +135,9 @@ const (
 	LeaseHot LeaseOutcome = 2
 	// LeaseRevoking: a writer waits for the document's holders; no lease.
 	LeaseRevoking LeaseOutcome = 3
+	// LeaseUnconfirmed: granted, but fewer replicas than required confirmed
+	// it: serve the value once, keep no copy.
+	LeaseUnconfirmed LeaseOutcome = 4
 )
 
 // NearRead is one lease request of LeaseRead.
@@ -190,7 +193,7 @@ func (b *Buffer) LeaseRead(ctx context.Context, reqs []NearRead) ([]NearReadResu
 		}
 		out[i] = NearReadResult{Hit: true, Hash: h, Outcome: LeaseOutcome(code)}
 		if out[i].Outcome == LeaseGranted && repls[i] != nil {
-			out[i].Outcome = LeaseRevoking // unconfirmed: serve it once, keep no copy
+			out[i].Outcome = LeaseUnconfirmed
 		}
 	}
 	return out, nil

@@ -105,9 +105,10 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 			cfg: *c.Near, cache: cache,
 			hits: nm.Hits.WithLabelValues(name), misses: nm.Misses.WithLabelValues(name),
 			leases: map[buffer.LeaseOutcome]prometheus.Counter{
-				buffer.LeaseGranted:  lease(metrics.LeaseGranted),
-				buffer.LeaseHot:      lease(metrics.LeaseHot),
-				buffer.LeaseRevoking: lease(metrics.LeaseRevoking),
+				buffer.LeaseGranted:     lease(metrics.LeaseGranted),
+				buffer.LeaseHot:         lease(metrics.LeaseHot),
+				buffer.LeaseRevoking:    lease(metrics.LeaseRevoking),
+				buffer.LeaseUnconfirmed: lease(metrics.LeaseUnconfirm),
 			},
 			refuse: lease(metrics.LeaseRefused), uncach: lease(metrics.LeaseUncached),
 			sent: nm.RevokesSent.WithLabelValues(name), recv: nm.RevokesRecv.WithLabelValues(name),
