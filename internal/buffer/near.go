@@ -105,7 +105,16 @@ if redis.call('HLEN', KEYS[2]) >= 16 then
     end
   end
 end
-redis.call('HSET', KEYS[2], ARGV[1], (now + tonumber(ARGV[3])) .. ':' .. ARGV[2])
+-- A holder's field keeps its latest generation and the latest expiry of
+-- all its grants (Redis's clock may step back): a writer must not see it
+-- expire before any of its copies.
+local exp = now + tonumber(ARGV[3])
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur then
+  local c = string.find(cur, ':', 1, true)
+  exp = math.max(exp, tonumber(string.sub(cur, 1, c - 1)))
+end
+redis.call('HSET', KEYS[2], ARGV[1], exp .. ':' .. ARGV[2])
 return {1, h}
 `)
 

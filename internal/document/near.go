@@ -26,6 +26,7 @@ package document
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,13 +211,28 @@ func (s *Service) awaitLeases(ctx context.Context, r Ref, wait time.Duration, at
 	ns.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()
+	var err error
 	select {
 	case <-w:
+		return nil
 	case <-t.C:
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
-	return nil
+	// Not woken: take the channel out, or waiters for a holder that never
+	// releases would pile up.
+	ns.mu.Lock()
+	ws := ns.waiters[rec]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+		if len(ws) == 0 {
+			delete(ns.waiters, rec)
+		} else {
+			ns.waiters[rec] = ws
+		}
+	}
+	ns.mu.Unlock()
+	return err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
