@@ -249,6 +249,15 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 			if batch > 0 {
 				c.Writeback.BatchSize = batch
 			}
+			if o.nearCache {
+				c.Writeback.NearCache = config.NearCacheOn
+				if o.nearLease > 0 {
+					for name, coll := range c.Collections {
+						coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
+						c.Collections[name] = coll
+					}
+				}
+			}
 		}
 		s.workers = sidecarWorkers(workers)
 		sc, err := sidecar.Start(ctx, so)
