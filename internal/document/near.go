@@ -63,6 +63,7 @@ type nearColl struct {
 	sent   prometheus.Counter
 	recv   prometheus.Counter
 	wait   prometheus.Observer
+	renew  chan string // documents to lease again before their copies expire
 }
 
 // nearService is the service's side of the protocol: its holder identity,
@@ -72,6 +73,7 @@ type nearService struct {
 	gen      atomic.Uint64 // lease request numbers
 	ps       *redis.PubSub
 	done     chan struct{} // closed when the listener returns
+	stop     chan struct{} // closed by StopNear: the renewers return
 
 	mu      sync.Mutex                 // guards waiters
 	waiters map[string][]chan struct{} // lease record → writers waiting for a release
@@ -88,7 +90,7 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 	if !any {
 		return nil
 	}
-	ns := &nearService{instance: instance, done: make(chan struct{}), waiters: map[string][]chan struct{}{}}
+	ns := &nearService{instance: instance, done: make(chan struct{}), stop: make(chan struct{}), waiters: map[string][]chan struct{}{}}
 	for name, c := range s.colls {
 		if c.Near == nil {
 			continue
@@ -113,7 +115,16 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 			},
 			refuse: lease(metrics.LeaseRefused), uncach: lease(metrics.LeaseUncached),
 			sent: nm.RevokesSent.WithLabelValues(name), recv: nm.RevokesRecv.WithLabelValues(name),
-			wait: nm.WriteWait.WithLabelValues(name),
+			wait:  nm.WriteWait.WithLabelValues(name),
+			renew: make(chan string, renewQueue),
+		}
+		n := c.near
+		cache.RenewWindow = c.Near.LeaseTTL / 4
+		cache.Renew = func(id string) {
+			select {
+			case n.renew <- id:
+			default: // the renewer is behind: the copy expires, the next read leases it
+			}
 		}
 	}
 	s.buf.Instance = instance
@@ -124,7 +135,47 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 	}
 	s.near = ns
 	go s.listen(ns)
+	for _, c := range s.colls {
+		if c.near != nil {
+			go s.renewer(c)
+		}
+	}
 	return nil
+}
+
+// renewQueue bounds the renewals waiting for a collection's renewer.
+const renewQueue = 4096
+
+// renewer leases again, in batches of up to maxRenew per round trip, the
+// documents whose copies were read in the last quarter of their lease.
+func (s *Service) renewer(c *Collection) {
+	const maxRenew = 256
+	refs := make([]Ref, 0, maxRenew)
+	is := make([]int, 0, maxRenew)
+	for {
+		refs, is = refs[:0], is[:0]
+		select {
+		case id := <-c.near.renew:
+			refs = append(refs, Ref{Coll: c, ID: id})
+		case <-s.near.stop:
+			return
+		}
+	more:
+		for len(refs) < maxRenew {
+			select {
+			case id := <-c.near.renew:
+				refs = append(refs, Ref{Coll: c, ID: id})
+			default:
+				break more
+			}
+		}
+		for i := range refs {
+			is = append(is, i)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.leaseMany(ctx, refs, is, func(int, *nearcache.Entry, Hash, error) {}, false, true)
+		cancel()
+	}
 }
 
 // StopNear stops the near caches' listener.
@@ -132,6 +183,7 @@ func (s *Service) StopNear() {
 	if s.near == nil {
 		return
 	}
+	close(s.near.stop)
 	s.near.ps.Close()
 	<-s.near.done
 	for _, c := range s.colls {
@@ -337,7 +389,7 @@ func (s *Service) view(ctx context.Context, c *Collection, id string) (View, err
 					v.doc = docOf(h)
 				}
 			}
-		}, false)
+		}, false, false)
 		if found {
 			return v, nil
 		}
@@ -353,7 +405,10 @@ func (s *Service) view(ctx context.Context, c *Collection, id string) (View, err
 // leases, in one round trip, and installs the copies it may keep. done gets
 // each hit (e when installed, h otherwise); a miss goes through getRedis
 // on its own goroutine when misses is set, else done gets (nil, nil, nil).
-func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func(i int, e *nearcache.Entry, h Hash, err error), misses bool) {
+//
+// A renewal (renew) is not a read: it counts neither as a near-cache miss
+// nor as a Redis cache hit.
+func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func(i int, e *nearcache.Entry, h Hash, err error), misses, renew bool) {
 	reqs := make([]buffer.NearRead, len(is))
 	tickets := make([]nearcache.Ticket, len(is))
 	for k, i := range is {
@@ -373,7 +428,9 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 	}
 	for k, i := range is {
 		r, n := refs[i], refs[i].Coll.near
-		n.misses.Inc()
+		if !renew {
+			n.misses.Inc()
+		}
 		if !res[k].Hit {
 			n.uncach.Inc()
 			if !misses {
@@ -386,7 +443,9 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 			}()
 			continue
 		}
-		s.m.CacheHits.WithLabelValues(r.Coll.Name).Inc()
+		if !renew {
+			s.m.CacheHits.WithLabelValues(r.Coll.Name).Inc()
+		}
 		h := res[k].Hash
 		if res[k].Outcome != buffer.LeaseGranted {
 			n.leases[res[k].Outcome].Inc()

@@ -148,7 +148,7 @@ func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc 
 				err = ErrNotFound
 			}
 			done(i, h, err)
-		}, true)
+		}, true, false)
 	}
 	if len(plain) > 0 {
 		s.peekMany(ctx, refs, plain, done)

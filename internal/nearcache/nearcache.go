@@ -43,6 +43,7 @@ type Entry struct {
 	Gen      uint64            // the lease's generation (the holder's request number)
 	deadline int64             // monotonic ns (Now) until which it may be served
 	size     uint32
+	renewing atomic.Bool // a renewal was asked for (Cache.Renew)
 	memo     [numMemos]atomic.Pointer[[]byte]
 }
 
@@ -93,6 +94,12 @@ type Cache struct {
 	// OnEvict, when set, is called for entries dropped for room (not for
 	// revocations, local writes or expiry).
 	OnEvict func(key string, e *Entry)
+	// Renew, when set, is called (once per entry) by the first Get that
+	// finds an entry within RenewWindow of its deadline: the caller takes a
+	// new lease in the background, so that a document read often is never
+	// missing from the cache.
+	Renew       func(key string)
+	RenewWindow time.Duration
 }
 
 // New returns a cache of at most maxBytes of entries.
@@ -127,8 +134,15 @@ func (c *Cache) stripe(key string) *stripe {
 // Get returns the key's entry if it may be served now.
 func (c *Cache) Get(key string) (*Entry, bool) {
 	e, ok := c.c.GetIfPresent(key)
-	if !ok || Now() >= e.deadline {
+	if !ok {
 		return nil, false
+	}
+	now := Now()
+	if now >= e.deadline {
+		return nil, false
+	}
+	if c.Renew != nil && e.deadline-now < int64(c.RenewWindow) && e.renewing.CompareAndSwap(false, true) {
+		c.Renew(key)
 	}
 	return e, true
 }

@@ -130,3 +130,25 @@ func TestByteBudgetEvicts(t *testing.T) {
 		}
 	}
 }
+
+func TestRenewAskedOnceNearTheDeadline(t *testing.T) {
+	c, err := New(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var asked []string
+	c.Renew, c.RenewWindow = func(k string) { asked = append(asked, k) }, time.Hour
+	c.Install(c.Ticket("near"), NewEntry(map[string]string{"n": "1"}, 1, Now()+int64(time.Minute)))
+	c.Install(c.Ticket("far"), NewEntry(map[string]string{"n": "1"}, 1, Now()+int64(2*time.Hour)))
+	for range 3 {
+		for _, k := range []string{"near", "far"} {
+			if _, ok := c.Get(k); !ok {
+				t.Fatalf("%s not served", k)
+			}
+		}
+	}
+	if len(asked) != 1 || asked[0] != "near" {
+		t.Fatalf("renewals asked for %v, want [near] once", asked)
+	}
+}
