@@ -222,6 +222,31 @@ func (b *Buffer) ReleaseLease(ctx context.Context, lk string, gen uint64, writer
 	return nil
 }
 
+// Held is a lease this sidecar gives back: its record and generation.
+type Held struct {
+	Record string
+	Gen    uint64
+}
+
+// ReleaseMany gives back leases whose copies this sidecar dropped on its
+// own (expired, evicted), in one round trip, telling no writer.
+func (b *Buffer) ReleaseMany(ctx context.Context, hs []Held) error {
+	pipe := b.rdb.Pipeline()
+	for _, h := range hs {
+		releaseScript.EvalSha(ctx, pipe, []string{h.Record}, b.Instance, strconv.FormatUint(h.Gen, 10), "")
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && rscript.IsNoScript(err) {
+		if err = releaseScript.Load(ctx, b.rdb).Err(); err == nil {
+			return b.ReleaseMany(ctx, hs)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("buffer: release: %w", err)
+	}
+	return nil
+}
+
 // NearChannel is the channel of instance's revocations and releases.
 func (b *Buffer) NearChannel(instance string) string { return b.prefix + ":near:" + instance }
 

@@ -72,8 +72,9 @@ type nearService struct {
 	instance string
 	gen      atomic.Uint64 // lease request numbers
 	ps       *redis.PubSub
-	done     chan struct{} // closed when the listener returns
-	stop     chan struct{} // closed by StopNear: the renewers return
+	done     chan struct{}    // closed when the listener returns
+	stop     chan struct{}    // closed by StopNear: the renewers return
+	release  chan buffer.Held // leases of copies dropped (expired, evicted)
 
 	mu      sync.Mutex                 // guards waiters
 	waiters map[string][]chan struct{} // lease record → writers waiting for a release
@@ -90,7 +91,7 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 	if !any {
 		return nil
 	}
-	ns := &nearService{instance: instance, done: make(chan struct{}), stop: make(chan struct{}), waiters: map[string][]chan struct{}{}}
+	ns := &nearService{instance: instance, done: make(chan struct{}), stop: make(chan struct{}), release: make(chan buffer.Held, renewQueue), waiters: map[string][]chan struct{}{}}
 	for name, c := range s.colls {
 		if c.Near == nil {
 			continue
@@ -102,7 +103,17 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 		nm := s.m.Near
 		s.m.InitNear(name)
 		ev := nm.Evictions.WithLabelValues(name)
-		cache.OnEvict = func(string, *nearcache.Entry) { ev.Inc() }
+		cache.OnDrop = func(id string, e *nearcache.Entry, expired bool) {
+			if !expired {
+				ev.Inc()
+			}
+			// Give the lease back rather than leave it to expire: a record
+			// nobody holds is deleted, and writers find fewer holders.
+			select {
+			case ns.release <- buffer.Held{Record: s.buf.LeaseRecord(name, id), Gen: e.Gen}:
+			default: // behind: the lease expires in Redis
+			}
+		}
 		lease := func(o string) prometheus.Counter { return nm.Leases.WithLabelValues(name, o) }
 		c.near = &nearColl{
 			cfg: *c.Near, cache: cache,
@@ -140,7 +151,36 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 			go s.renewer(c)
 		}
 	}
+	go s.releaser(ns)
 	return nil
+}
+
+// releaser gives back, in batches, the leases of copies the near caches
+// dropped on their own.
+func (s *Service) releaser(ns *nearService) {
+	const maxRelease = 256
+	hs := make([]buffer.Held, 0, maxRelease)
+	for {
+		hs = hs[:0]
+		select {
+		case h := <-ns.release:
+			hs = append(hs, h)
+		case <-ns.stop:
+			return
+		}
+	more:
+		for len(hs) < maxRelease {
+			select {
+			case h := <-ns.release:
+				hs = append(hs, h)
+			default:
+				break more
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.buf.ReleaseMany(ctx, hs)
+		cancel()
+	}
 }
 
 // renewQueue bounds the renewals waiting for a collection's renewer.

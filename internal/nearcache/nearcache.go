@@ -91,9 +91,11 @@ type Cache struct {
 	seed    maphash.Seed
 	stripes []stripe
 
-	// OnEvict, when set, is called for entries dropped for room (not for
-	// revocations, local writes or expiry).
-	OnEvict func(key string, e *Entry)
+	// OnDrop, when set, is called for entries the cache dropped by itself:
+	// past their deadline (expired) or for room — not for revocations,
+	// local writes or replacements. The holder may then release the
+	// entry's lease.
+	OnDrop func(key string, e *Entry, expired bool)
 	// Renew, when set, is called (once per entry) by the first Get that
 	// finds an entry within RenewWindow of its deadline: the caller takes a
 	// new lease in the background, so that a document read often is never
@@ -108,9 +110,20 @@ func New(maxBytes int64) (*Cache, error) {
 	c, err := otter.New(&otter.Options[string, *Entry]{
 		MaximumWeight: uint64(max(maxBytes, 1)),
 		Weigher:       func(k string, e *Entry) uint32 { return e.size + uint32(len(k)) },
+		// Entries go at their deadline, so that their leases can be
+		// released rather than left to expire in Redis.
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *Entry]) time.Duration {
+			return time.Duration(max(e.Value.deadline-Now(), 1))
+		}),
 		OnDeletion: func(ev otter.DeletionEvent[string, *Entry]) {
-			if ev.Cause == otter.CauseOverflow && nc.OnEvict != nil {
-				nc.OnEvict(ev.Key, ev.Value)
+			if nc.OnDrop == nil {
+				return
+			}
+			switch ev.Cause {
+			case otter.CauseOverflow:
+				nc.OnDrop(ev.Key, ev.Value, false)
+			case otter.CauseExpiration:
+				nc.OnDrop(ev.Key, ev.Value, true)
 			}
 		},
 	})

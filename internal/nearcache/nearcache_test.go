@@ -113,7 +113,11 @@ func TestByteBudgetEvicts(t *testing.T) {
 	}
 	defer c.Close()
 	var evicted atomic.Int64
-	c.OnEvict = func(string, *Entry) { evicted.Add(1) }
+	c.OnDrop = func(_ string, _ *Entry, expired bool) {
+		if !expired {
+			evicted.Add(1)
+		}
+	}
 	big := map[string]string{"s": string(make([]byte, 4<<10))}
 	for i := range 100 {
 		k := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
@@ -150,5 +154,34 @@ func TestRenewAskedOnceNearTheDeadline(t *testing.T) {
 	}
 	if len(asked) != 1 || asked[0] != "near" {
 		t.Fatalf("renewals asked for %v, want [near] once", asked)
+	}
+}
+
+func TestExpiredEntryIsDropped(t *testing.T) {
+	c, err := New(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dropped := make(chan uint64, 1)
+	c.OnDrop = func(_ string, e *Entry, expired bool) {
+		if expired {
+			dropped <- e.Gen
+		}
+	}
+	c.Install(c.Ticket("a"), NewEntry(map[string]string{"n": "1"}, 7, Now()+int64(10*time.Millisecond)))
+	deadline := time.After(10 * time.Second)
+	for {
+		c.c.CleanUp()
+		select {
+		case g := <-dropped:
+			if g != 7 {
+				t.Fatalf("dropped generation %d, want 7", g)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the expired entry was not dropped")
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

@@ -247,6 +247,23 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 	if reads < 100 || writes < 20 {
 		t.Fatalf("too few operations to tell: %d reads, %d writes", reads, writes)
 	}
+	// Copies the sidecars drop on their own (at their deadline) give their
+	// leases back: no lease record is left holding anyone.
+	poll(t, 10*time.Second, "lease records to empty", func() bool {
+		keys, err := f.rdb.Keys(context.Background(), f.prefix+":{*}:l:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if n, _ := f.rdb.HLen(context.Background(), k).Result(); n > 1 {
+				return false
+			}
+			if x, _ := f.rdb.HExists(context.Background(), k, "x").Result(); !x {
+				return false // one field, a holder
+			}
+		}
+		return true
+	})
 	res, info := porcupine.CheckOperationsVerbose(nearModel, history, time.Minute)
 	if res != porcupine.Ok {
 		path := t.TempDir() + "/history.html"
