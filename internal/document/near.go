@@ -72,9 +72,9 @@ type nearService struct {
 	instance string
 	gen      atomic.Uint64 // lease request numbers
 	ps       *redis.PubSub
-	done     chan struct{}    // closed when the listener returns
-	stop     chan struct{}    // closed by StopNear: the renewers return
-	release  chan buffer.Held // leases of copies dropped (expired, evicted)
+	done     chan struct{} // closed when the listener returns
+	stop     chan struct{} // closed by StopNear: the renewers return
+	release  chan held     // leases this sidecar keeps no copy under
 
 	mu      sync.Mutex                 // guards waiters
 	waiters map[string][]chan struct{} // lease record → writers waiting for a release
@@ -91,7 +91,7 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 	if !any {
 		return nil
 	}
-	ns := &nearService{instance: instance, done: make(chan struct{}), stop: make(chan struct{}), release: make(chan buffer.Held, renewQueue), waiters: map[string][]chan struct{}{}}
+	ns := &nearService{instance: instance, done: make(chan struct{}), stop: make(chan struct{}), release: make(chan held, renewQueue), waiters: map[string][]chan struct{}{}}
 	for name, c := range s.colls {
 		if c.Near == nil {
 			continue
@@ -109,10 +109,7 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 			}
 			// Give the lease back rather than leave it to expire: a record
 			// nobody holds is deleted, and writers find fewer holders.
-			select {
-			case ns.release <- buffer.Held{Record: s.buf.LeaseRecord(name, id), Gen: e.Gen}:
-			default: // behind: the lease expires in Redis
-			}
+			s.releaseLater(Ref{Coll: c, ID: id}, e.Gen)
 		}
 		lease := func(o string) prometheus.Counter { return nm.Leases.WithLabelValues(name, o) }
 		c.near = &nearColl{
@@ -155,13 +152,37 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 	return nil
 }
 
-// releaser gives back, in batches, the leases of copies the near caches
-// dropped on their own.
+// held is a lease to give back.
+type held struct {
+	r   Ref
+	gen uint64
+}
+
+// releaseLater gives back, in the background, a lease of generation gen
+// that this sidecar keeps no copy under (releaser).
+func (s *Service) releaseLater(r Ref, gen uint64) {
+	select {
+	case s.near.release <- held{r, gen}:
+	default: // behind: the lease expires in Redis
+	}
+}
+
+// releaser gives back, in batches, the leases of releaseLater.
+//
+// A release deletes the holder's field only if it still names the
+// generation released, but the field names only the holder's last grant:
+// a copy installed under an earlier grant of the same document, from a
+// request still in flight, would be left without a lease in Redis. So each
+// release is preceded by a Revoke of the document, as a revocation's is:
+// it drops any copy and refuses the installs of every request sent before,
+// and a request sent after it is granted after the released generation,
+// so the field no longer names it.
 func (s *Service) releaser(ns *nearService) {
 	const maxRelease = 256
-	hs := make([]buffer.Held, 0, maxRelease)
+	hs := make([]held, 0, maxRelease)
+	rel := make([]buffer.Held, 0, maxRelease)
 	for {
-		hs = hs[:0]
+		hs, rel = hs[:0], rel[:0]
 		select {
 		case h := <-ns.release:
 			hs = append(hs, h)
@@ -177,13 +198,18 @@ func (s *Service) releaser(ns *nearService) {
 				break more
 			}
 		}
+		for _, h := range hs {
+			h.r.Coll.near.cache.Revoke(h.r.ID)
+			rel = append(rel, buffer.Held{Record: s.buf.LeaseRecord(h.r.Coll.Name, h.r.ID), Gen: h.gen})
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.buf.ReleaseMany(ctx, hs)
+		_ = s.buf.ReleaseMany(ctx, rel)
 		cancel()
 	}
 }
 
-// renewQueue bounds the renewals waiting for a collection's renewer.
+// renewQueue bounds the renewals (and the releases) waiting for their
+// goroutines.
 const renewQueue = 4096
 
 // renewer leases again, in batches of up to maxRenew per round trip, the
@@ -346,13 +372,26 @@ func (c *Collection) nearOptions(o *buffer.WriteOptions) {
 }
 
 // beginWrite drops this sidecar's copy of a document it is about to write
-// and refuses new ones until the returned function is called.
+// and refuses new ones until the returned function is called, which, for a
+// collection without a hot window, leases the written value again.
 func (c *Collection) beginWrite(id string) func() {
 	if c.near == nil {
 		return func() {}
 	}
 	c.near.cache.BeginWrite(id)
-	return func() { c.near.cache.EndWrite(id) }
+	return func() {
+		c.near.cache.EndWrite(id)
+		if c.near.cfg.HotWindow == 0 {
+			// Not hot after the write: take the new value and a lease on
+			// it in the background (the renewer's lease read, a ticket
+			// taken after the write), so that this sidecar's next read of
+			// its own write is a near-cache hit.
+			select {
+			case c.near.renew <- id:
+			default:
+			}
+		}
+	}
 }
 
 // View is a document read: its value and, when it came from the near
@@ -489,6 +528,9 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 		h := res[k].Hash
 		if res[k].Outcome != buffer.LeaseGranted {
 			n.leases[res[k].Outcome].Inc()
+			if res[k].Outcome == buffer.LeaseUnconfirmed {
+				s.releaseLater(r, reqs[k].Gen)
+			}
 			done(i, nil, h, nil)
 			continue
 		}
@@ -496,8 +538,9 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 		if !n.cache.Install(tickets[k], e) {
 			// A revocation or a local write came in between: the value
 			// is good for this read (read while the lease was valid) but
-			// no copy is kept. A revocation releases the lease.
+			// no copy is kept, and the lease goes back.
 			n.refuse.Inc()
+			s.releaseLater(r, e.Gen)
 			done(i, nil, h, nil)
 			continue
 		}
