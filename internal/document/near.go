@@ -74,7 +74,8 @@ type nearService struct {
 	ps       *redis.PubSub
 	done     chan struct{} // closed when the listener returns
 	stop     chan struct{} // closed by StopNear: the renewers return
-	release  chan held     // leases this sidecar keeps no copy under
+	stopped  atomic.Bool
+	release  chan held // leases this sidecar keeps no copy under
 
 	mu      sync.Mutex                 // guards waiters
 	waiters map[string][]chan struct{} // lease record → writers waiting for a release
@@ -244,9 +245,9 @@ func (s *Service) renewer(c *Collection) {
 	}
 }
 
-// StopNear stops the near caches' listener.
+// StopNear stops the near caches' goroutines; idempotent.
 func (s *Service) StopNear() {
-	if s.near == nil {
+	if s.near == nil || !s.near.stopped.CompareAndSwap(false, true) {
 		return
 	}
 	close(s.near.stop)
