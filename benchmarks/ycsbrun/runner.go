@@ -251,11 +251,14 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 			}
 			if o.nearCache {
 				c.Writeback.NearCache = config.NearCacheOn
-				if o.nearLease > 0 {
-					for name, coll := range c.Collections {
+				for name, coll := range c.Collections {
+					if o.nearLease > 0 {
 						coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
-						c.Collections[name] = coll
 					}
+					if o.nearHot >= 0 {
+						coll.NearCache.HotWindow = config.Duration{Duration: o.nearHot}
+					}
+					c.Collections[name] = coll
 				}
 			}
 		}
