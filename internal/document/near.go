@@ -382,7 +382,11 @@ func (c *Collection) beginWrite(id string) func() {
 	c.near.cache.BeginWrite(id)
 	return func() {
 		c.near.cache.EndWrite(id)
-		if c.near.cfg.HotWindow == 0 {
+		if w := c.near.cfg.HotWindow; w > 0 {
+			// Hot now: reads skip the lease request, which Redis would
+			// refuse, until the window passes.
+			c.near.cache.MarkHot(id, nearcache.Now()+int64(w))
+		} else {
 			// Not hot after the write: take the new value and a lease on
 			// it in the background (the renewer's lease read, a ticket
 			// taken after the write), so that this sidecar's next read of
@@ -459,6 +463,12 @@ func (s *Service) view(ctx context.Context, c *Collection, id string) (View, err
 			n.hits.Inc()
 			return View{e: e}, nil
 		}
+		if n.cache.IsHot(id) {
+			n.misses.Inc()
+			n.leases[buffer.LeaseHot].Inc()
+			doc, err := s.getRedis(ctx, c, id)
+			return View{doc: doc}, err
+		}
 		var v View
 		found := false
 		s.leaseMany(ctx, []Ref{{Coll: c, ID: id}}, []int{0}, func(_ int, e *nearcache.Entry, h Hash, err error) {
@@ -529,6 +539,11 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 		h := res[k].Hash
 		if res[k].Outcome != buffer.LeaseGranted {
 			n.leases[res[k].Outcome].Inc()
+			if res[k].Outcome == buffer.LeaseHot {
+				// Written within the window, at most a window ago: skip
+				// the lease requests for half of it.
+				n.cache.MarkHot(r.ID, sent+int64(n.cfg.HotWindow/2))
+			}
 			if res[k].Outcome == buffer.LeaseUnconfirmed {
 				s.releaseLater(r, reqs[k].Gen)
 			}

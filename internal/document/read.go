@@ -137,8 +137,13 @@ func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc 
 				done(i, e.Hash, nil)
 				continue
 			}
-			near = append(near, i)
-			continue
+			if !n.cache.IsHot(r.ID) {
+				near = append(near, i)
+				continue
+			}
+			// Hot: read from Redis as without a near cache.
+			n.misses.Inc()
+			n.leases[buffer.LeaseHot].Inc()
 		}
 		plain = append(plain, i)
 	}

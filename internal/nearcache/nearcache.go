@@ -44,6 +44,7 @@ type Entry struct {
 	deadline int64             // monotonic ns (Now) until which it may be served
 	size     uint32
 	renewing atomic.Bool // a renewal was asked for (Cache.Renew)
+	hot      bool        // a hot mark (MarkHot), not a copy: no Hash, no lease
 	memo     [numMemos]atomic.Pointer[[]byte]
 }
 
@@ -116,7 +117,7 @@ func New(maxBytes int64) (*Cache, error) {
 			return time.Duration(max(e.Value.deadline-Now(), 1))
 		}),
 		OnDeletion: func(ev otter.DeletionEvent[string, *Entry]) {
-			if nc.OnDrop == nil {
+			if nc.OnDrop == nil || ev.Value.hot {
 				return
 			}
 			switch ev.Cause {
@@ -147,7 +148,7 @@ func (c *Cache) stripe(key string) *stripe {
 // Get returns the key's entry if it may be served now.
 func (c *Cache) Get(key string) (*Entry, bool) {
 	e, ok := c.c.GetIfPresent(key)
-	if !ok {
+	if !ok || e.hot {
 		return nil, false
 	}
 	now := Now()
@@ -205,6 +206,25 @@ func (c *Cache) EndWrite(key string) {
 	st := c.stripe(key)
 	st.epoch.Add(1)
 	st.writers.Add(-1)
+}
+
+// MarkHot records that the key was written lately, until (Now's clock):
+// its readers skip the lease request, which would be refused, and read
+// from Redis. A mark is advisory, never a copy: it replaces no copy, and a
+// copy installed later replaces it.
+func (c *Cache) MarkHot(key string, until int64) {
+	c.c.Compute(key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
+		if found && !old.hot && Now() < old.deadline {
+			return old, otter.CancelOp
+		}
+		return &Entry{hot: true, deadline: until, size: 32}, otter.WriteOp
+	})
+}
+
+// IsHot reports whether the key carries a hot mark that has not expired.
+func (c *Cache) IsHot(key string) bool {
+	e, ok := c.c.GetIfPresent(key)
+	return ok && e.hot && Now() < e.deadline
 }
 
 // Bytes is the weight of the entries held.

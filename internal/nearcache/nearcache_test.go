@@ -185,3 +185,32 @@ func TestExpiredEntryIsDropped(t *testing.T) {
 		}
 	}
 }
+
+func TestHotMarks(t *testing.T) {
+	c, err := New(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	far := Now() + int64(time.Hour)
+	c.MarkHot("a", far)
+	if !c.IsHot("a") {
+		t.Fatal("a not hot after MarkHot")
+	}
+	if _, ok := c.Get("a"); ok {
+		t.Fatal("a hot mark served as a copy")
+	}
+	// A copy installed later replaces the mark; a mark does not replace a
+	// copy.
+	if !c.Install(c.Ticket("a"), NewEntry(map[string]string{"n": "1"}, 1, far)) {
+		t.Fatal("install over a hot mark refused")
+	}
+	c.MarkHot("a", far)
+	if e, ok := c.Get("a"); !ok || e.Hash["n"] != "1" || c.IsHot("a") {
+		t.Fatalf("a copy was replaced by a hot mark: %v %v", e, ok)
+	}
+	c.MarkHot("b", Now()-1)
+	if c.IsHot("b") {
+		t.Fatal("an expired hot mark counts")
+	}
+}
