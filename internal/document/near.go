@@ -85,11 +85,11 @@ type nearService struct {
 // (Collection.Near), as holder instance: it subscribes to the sidecar's
 // channel before any lease can be taken. Call StopNear at the end.
 func (s *Service) StartNear(ctx context.Context, instance string) error {
-	any := false
+	has := false
 	for _, c := range s.colls {
-		any = any || c.Near != nil
+		has = has || c.Near != nil
 	}
-	if !any {
+	if !has {
 		return nil
 	}
 	ns := &nearService{instance: instance, done: make(chan struct{}), stop: make(chan struct{}), release: make(chan held, renewQueue), waiters: map[string][]chan struct{}{}}
