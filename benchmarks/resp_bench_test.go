@@ -121,11 +121,12 @@ func respClient(addr string) *redis.Client {
 type respVariant struct {
 	name  string
 	issue func(ctx context.Context, r *rand.Rand, n int) error
+	one   bool // one operation at a time, as YCSB's clients issue them
 }
 
 // perCall is how many operations a variant issues at once.
 func (v respVariant) perCall() int {
-	if v.name == "http" {
+	if v.name == "http" || v.one {
 		return 1
 	}
 	return respPipeline
@@ -167,8 +168,8 @@ func respVariants(b *testing.B, write bool) ([]respVariant, func()) {
 		}
 	}
 	vs := []respVariant{
-		{"redis", pipelined(raw, func(k string) string { return respWorld.prefix + ":" + k })},
-		{"resp", pipelined(side, func(k string) string { return spec.Table + "/" + k })},
+		{name: "redis", issue: pipelined(raw, func(k string) string { return respWorld.prefix + ":" + k })},
+		{name: "resp", issue: pipelined(side, func(k string) string { return spec.Table + "/" + k })},
 		{"http", func(ctx context.Context, r *rand.Rand, n int) error {
 			for range n {
 				k := randomKey(r)
@@ -183,7 +184,7 @@ func respVariants(b *testing.B, write bool) ([]respVariant, func()) {
 				}
 			}
 			return nil
-		}},
+		}, false},
 	}
 	done := func() { side.Close(); raw.Close(); httpc.Close() }
 	if !write {
@@ -202,8 +203,8 @@ func respVariants(b *testing.B, write bool) ([]respVariant, func()) {
 	proxyc, skeletonc := respClient(proxy.addr()), respClient(skeleton.addr())
 	rawKey := func(k string) string { return respWorld.prefix + ":" + k }
 	vs = append(vs,
-		respVariant{"proxy", pipelined(proxyc, rawKey)},
-		respVariant{"skeleton", pipelined(skeletonc, rawKey)})
+		respVariant{name: "proxy", issue: pipelined(proxyc, rawKey)},
+		respVariant{name: "skeleton", issue: pipelined(skeletonc, rawKey)})
 	return vs, func() {
 		done()
 		proxyc.Close()

@@ -38,7 +38,10 @@ type options struct {
 	sweepWorkers   []int
 	sweepWorkloads []string
 	sweepDuration  time.Duration
-	batchSize      int // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
+	batchSize      int           // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
+	nearCache      bool          // the sidecars run with writeback.nearCache on
+	nearLease      time.Duration // their collection's nearCache.leaseTTL; 0: the default
+	nearHot        time.Duration // their collection's nearCache.hotWindow; negative: the default
 	table          string
 	redis          string
 	pgDSN          string
@@ -78,6 +81,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	sweepWorkloads := fs.String("sweep-workloads", "A,B,S", "workloads of the applier sweep")
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
+	fs.BoolVar(&o.nearCache, "near-cache", false, "the sidecars (write-* policies) run with their near cache on (writeback.nearCache: on; the collection's nearCache defaults)")
+	fs.DurationVar(&o.nearLease, "near-lease", 0, "with --near-cache: the collection's nearCache.leaseTTL (0: the default, 2s)")
+	fs.DurationVar(&o.nearHot, "near-hot", -1, "with --near-cache: the collection's nearCache.hotWindow (negative: the default, 2s)")
 	fs.StringVar(&o.table, "table", "ycsb_usertable", "table (MongoDB: collection) the runs load; also the sidecar's collection")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
 	fs.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/writeback?sslmode=disable", "PostgreSQL DSN")

@@ -249,6 +249,18 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 			if batch > 0 {
 				c.Writeback.BatchSize = batch
 			}
+			if o.nearCache {
+				c.Writeback.NearCache = config.NearCacheOn
+				for name, coll := range c.Collections {
+					if o.nearLease > 0 {
+						coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
+					}
+					if o.nearHot >= 0 {
+						coll.NearCache.HotWindow = config.Duration{Duration: o.nearHot}
+					}
+					c.Collections[name] = coll
+				}
+			}
 		}
 		s.workers = sidecarWorkers(workers)
 		sc, err := sidecar.Start(ctx, so)

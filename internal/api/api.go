@@ -28,6 +28,7 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/nearcache"
 	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
@@ -268,12 +269,14 @@ func (h *Handler) getDoc(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	doc, err := h.svc.Get(r.Context(), coll, r.PathValue("id"))
+	v, err := h.svc.GetView(r.Context(), coll, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	body := encodeDoc(c.Table.Schema, doc)
-	tag := etag(body)
+	// A near-cache hit encodes nothing: the body and its ETag are the
+	// entry's, computed once.
+	body := v.Memo(nearcache.MemoJSON, func() []byte { return encodeDoc(c.Table.Schema, v.Doc()) })
+	tag := string(v.Memo(nearcache.MemoETag, func() []byte { return []byte(etag(body)) }))
 	w.Header().Set("ETag", tag)
 	if match := r.Header.Get("If-None-Match"); match != "" && match == tag {
 		w.WriteHeader(http.StatusNotModified)

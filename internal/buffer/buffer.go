@@ -47,6 +47,9 @@ type Buffer struct {
 	// Combine makes concurrent WriteBatch calls share rounds: one round
 	// trip for the writes of many requests (combiner).
 	Combine bool
+	// Instance is this sidecar's instance id: the holder of its near-cache
+	// read leases (near.go).
+	Instance string
 
 	comb combiner
 }

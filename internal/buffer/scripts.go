@@ -64,7 +64,9 @@ end
 // up the script, the reply, the clock — is paid once per call, and the
 // sequence check and the counter updates once per group.
 //
-// ARGV[1] is the I-lease lifetime in ms. Then, per group: KEYS pending
+// ARGV[1] is the I-lease lifetime in ms, ARGV[2] this sidecar's instance
+// id (a near-cache lease holder), ARGV[3] the prefix of the holders'
+// channels (near.go). Then, per group: KEYS pending
 // index (zset), partition stats (hash), partition sequence; ARGV the
 // number of writes in the group. Then, per write of the group: KEYS cache
 // entry (hash), buffered write (list), I leases (hash), named as buffer.go
@@ -104,6 +106,13 @@ end
 //     a value to a field that was absent or null, removed those that made a
 //     non-null field null; value is the field's new value for I and its old
 //     value (nil when null) for X.
+//   - "n<ms>" (near, last of the flags): the collection has a near cache
+//     with a hot window of ms. If sidecars other than this one hold live
+//     read leases on the document, nothing is written: the script blocks new
+//     leases until theirs expire, publishes a revocation to each and
+//     returns {-8, ms to the last expiry} (near.go). Otherwise it drops the
+//     lease record (this sidecar's own lease too: its writer dropped its
+//     copy first) and marks the document hot for ms.
 //   - "a" (if absent): a put that only creates. If the document exists it
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
@@ -114,6 +123,7 @@ end
 // the counters.
 var writeScript = redis.NewScript(luaReplies + luaEntry + `
 local lease = ARGV[1]
+local holder, nearchan = ARGV[2], ARGV[3]
 -- The writes of a call are buffered at one time, read once.
 local ms = tostring(now_ms())
 -- The current group's counters, and its sequence: seq is the last one
@@ -161,6 +171,7 @@ local function read_olds(key, fields)
   return vals, false
 end
 
+` + luaNearCheck + `
 -- write buffers one write of the partition whose pending index and
 -- sequence are pending and seqk: its keys are ck, bw, il and its arguments
 -- ARGV[a..z].
@@ -170,6 +181,13 @@ local function write(pending, seqk, ck, bw, il, a, z)
   local mode = string.sub(flags, 1, 1)
   local counting = string.find(flags, 'c', 2, true) ~= nil
   local ifabsent = string.find(flags, 'a', 2, true) ~= nil
+  -- Near cache: no write to a document other sidecars hold read leases on
+  -- becomes visible before they all released or expired (near_check).
+  local np = string.find(flags, 'n', 2, true)
+  if np then
+    local r = near_check(pending, ck, tonumber(string.sub(flags, np + 1)))
+    if r then return r end
+  end
   local nbase = 0
   if ARGV[a + 4] ~= '-' then nbase = tonumber(ARGV[a + 4]) end
   local base_at = a + 5
@@ -350,7 +368,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
 end
 
 local out = {}
-local a, k = 2, 0
+local a, k = 4, 0
 while k < #KEYS do
   local pending, sk, seqk = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local nw = tonumber(ARGV[a])

@@ -63,6 +63,10 @@ type WriteOptions struct {
 	// it. A nil Old or New is an absent field. Operators on a field
 	// without a Replace drop the entry.
 	Replace map[string]Replace
+	// Near makes the write wait for the document's near-cache lease
+	// holders (Leased), then mark it hot for HotWindow.
+	Near      bool
+	HotWindow time.Duration
 }
 
 // Replace is a compare-and-set of one field of a cache entry.
@@ -99,6 +103,8 @@ type WriteResult struct {
 	// value; of a float column, its value before the write (nil when null),
 	// since the cache entry is dropped and the sum is left to the reader.
 	Value json.RawMessage
+	// Wait is, for Leased, how long until the last lease expires.
+	Wait time.Duration
 }
 
 // Write buffers c for the document (coll, id) in one atomic step: it
@@ -310,7 +316,7 @@ func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
 		args: make([]any, 0, 9*len(is)+4),
 		reqs: is,
 	}
-	wc.args = append(wc.args, b.lease.Milliseconds())
+	wc.args = append(wc.args, b.lease.Milliseconds(), b.Instance, b.NearChannel(""))
 	for g := 0; g < len(is); {
 		part := parts[is[g]]
 		n := 1
@@ -366,7 +372,11 @@ func appendWriteArgs(args []any, r WriteRequest) []any {
 		mode |= 1
 	}
 	at := len(args)
-	args = append(args, 0, change.Encode(c), writeModes[mode], ttlMillis(o.TTL), o.Token)
+	flags := writeModes[mode]
+	if o.Near {
+		flags += "n" + strconv.FormatInt(o.HotWindow.Milliseconds(), 10)
+	}
+	args = append(args, 0, change.Encode(c), flags, ttlMillis(o.TTL), o.Token)
 	switch {
 	case !o.HaveBase:
 		args = append(args, "-")
@@ -450,6 +460,12 @@ func parseWrite(reply any) (WriteResult, error) {
 		return WriteResult{Outcome: NeedCache}, nil
 	case replyOverflow:
 		return WriteResult{Outcome: Overflow}, nil
+	case replyLeased:
+		var ms int64
+		if len(v) > 1 {
+			ms, _ = v[1].(int64)
+		}
+		return WriteResult{Outcome: Leased, Wait: time.Duration(ms) * time.Millisecond}, nil
 	case replyRefused:
 		msg := "malformed reply"
 		if len(v) > 1 {

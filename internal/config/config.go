@@ -111,7 +111,23 @@ type Collection struct {
 	Key      string   `yaml:"key"`      // the column (field) that identifies a document
 	Policy   string   `yaml:"policy"`   // write-back | write-through | write-around
 	CacheTTL Duration `yaml:"cacheTTL"` // lifetime of clean cache entries
+	// NearCache is the collection's near cache (in-process L1 under read
+	// leases), used while writeback.nearCache is on.
+	NearCache NearCache `yaml:"nearCache"`
 }
+
+// NearCache configures a collection's near cache.
+type NearCache struct {
+	MaxBytes  ByteSize `yaml:"maxBytes"`  // the entries' budget per sidecar; 0 turns this collection's near cache off
+	LeaseTTL  Duration `yaml:"leaseTTL"`  // read lease lifetime: how long a copy is served without asking Redis
+	HotWindow Duration `yaml:"hotWindow"` // a document written within it is read from Redis, not leased; 0: always leased
+}
+
+// Values of writeback.nearCache.
+const (
+	NearCacheOn  = "on"
+	NearCacheOff = "off"
+)
 
 // Write policies.
 const (
@@ -157,7 +173,11 @@ type Writeback struct {
 	MaxDeadLetters    int      `yaml:"maxDeadLetters"`    // dead letters kept per partition; beyond it the oldest are dropped, counted; 0: no cap
 	CombineWrites     bool     `yaml:"combineWrites"`     // concurrent requests' buffered writes share Redis round trips
 	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random
+	NearCache         string   `yaml:"nearCache"`         // on | off: the collections' near caches
 }
+
+// NearCacheOn reports whether the collections' near caches are on.
+func (w Writeback) NearCacheOn() bool { return w.NearCache == NearCacheOn }
 
 // Limits bounds what a client may send.
 type Limits struct {
@@ -219,6 +239,7 @@ func Default() *Config {
 			PinnedMemoryLimit: 1 * GiB,
 			MaxDeadLetters:    1000,
 			CombineWrites:     true,
+			NearCache:         NearCacheOff,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
 		HTTP: HTTP{
@@ -237,8 +258,13 @@ func Default() *Config {
 // even a zero, is kept and validated.
 func defaultStore() Store { return Store{MaxConns: 32} }
 
+// DefaultNearCache is a collection's near cache unless configured.
+func DefaultNearCache() NearCache {
+	return NearCache{MaxBytes: 64 * MiB, LeaseTTL: Duration{2 * time.Second}, HotWindow: Duration{2 * time.Second}}
+}
+
 func defaultCollection() Collection {
-	return Collection{Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}}
+	return Collection{Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()}
 }
 
 // UnmarshalYAML decodes a store on top of its defaults. Unknown keys were

@@ -165,6 +165,8 @@ var bindings = []binding{
 		func(c *Config) *ByteSize { return &c.Writeback.PinnedMemoryLimit }),
 	stringBinding("instance-id", "this sidecar's name in status and ownership leases (default hostname-pid-random)",
 		func(c *Config) *string { return &c.Writeback.InstanceID }),
+	stringBinding("near-cache", "on or off: the collections' near caches (in-process copies under read leases; collections.<c>.nearCache)",
+		func(c *Config) *string { return &c.Writeback.NearCache }),
 	stringBinding("log-level", "debug, info, warn or error",
 		func(c *Config) *string { return &c.Log.Level }),
 	stringBinding("log-format", "text or json",

@@ -51,7 +51,7 @@ func TestLoadDefaults(t *testing.T) {
 				Partitions: 64, Workers: 4, BatchSize: 128,
 				LeaseLifetime: Duration{500 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
 				PollInterval: Duration{100 * time.Millisecond}, MaxRetries: 5,
-				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true,
+				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff,
 				InstanceID: got.Writeback.InstanceID,
 			}, got.Writeback)
 			assert.Equal(t, ByteSize(1<<20), got.Limits.MaxBodyBytes)
@@ -81,8 +81,8 @@ func TestLoadFull(t *testing.T) {
 			"mongo": {Driver: "mongodb", URI: "mongodb://127.0.0.1:27017", Database: "test", MaxConns: 32},
 		},
 		Collections: map[string]Collection{
-			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}},
-			"orders":    {Store: "maria", Table: "orders", Key: "id", Policy: "write-back", CacheTTL: Duration{time.Hour}},
+			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}, NearCache: DefaultNearCache()},
+			"orders":    {Store: "maria", Table: "orders", Key: "id", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()},
 		},
 		Queues: map[string]Queue{"bank": {Store: "pg", Tables: []string{"account"}, Policy: "write-through"}},
 		Mappings: []map[string]any{{
@@ -93,7 +93,7 @@ func TestLoadFull(t *testing.T) {
 			Partitions: 128, Workers: 8, BatchSize: 256,
 			LeaseLifetime: Duration{250 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
 			PollInterval: Duration{50 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
-			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, InstanceID: "sidecar-a",
+			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff, InstanceID: "sidecar-a",
 		},
 		Limits: Limits{MaxBodyBytes: 64 << 10},
 		HTTP: HTTP{ReadHeaderTimeout: Duration{5 * time.Second}, ReadTimeout: Duration{30 * time.Second},
@@ -108,8 +108,8 @@ func TestLoadAnchors(t *testing.T) {
 	got, err := Load("testdata/anchors.yaml", nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, got.Validate())
-	assert.Equal(t, Collection{Store: "pg", Table: "a", Key: "id", Policy: "write-through", CacheTTL: Duration{time.Hour}}, got.Collections["a"])
-	assert.Equal(t, Collection{Store: "pg", Table: "b", Key: "id", Policy: "write-through", CacheTTL: Duration{5 * time.Minute}}, got.Collections["b"])
+	assert.Equal(t, Collection{Store: "pg", Table: "a", Key: "id", Policy: "write-through", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()}, got.Collections["a"])
+	assert.Equal(t, Collection{Store: "pg", Table: "b", Key: "id", Policy: "write-through", CacheTTL: Duration{5 * time.Minute}, NearCache: DefaultNearCache()}, got.Collections["b"])
 }
 
 func TestLoadExampleFile(t *testing.T) {
@@ -118,7 +118,7 @@ func TestLoadExampleFile(t *testing.T) {
 	require.NoError(t, got.Validate())
 	assert.Equal(t, []string{"127.0.0.1:6379"}, got.Redis.Addrs)
 	assert.ElementsMatch(t, []string{"pg", "maria"}, sortedKeys(got.Stores))
-	assert.Equal(t, Collection{Store: "pg", Table: "usertable", Key: "ycsb_key", Policy: "write-back", CacheTTL: Duration{time.Hour}},
+	assert.Equal(t, Collection{Store: "pg", Table: "usertable", Key: "ycsb_key", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()},
 		got.Collections["usertable"])
 
 	// The example shows the defaults: apart from what a deployment must
@@ -253,7 +253,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
-					MaxDeadLetters: 1000, CombineWrites: true, InstanceID: "i",
+					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff, InstanceID: "i",
 				}, c.Writeback)
 				assert.Equal(t, Log{Level: "warn", Format: "json"}, c.Log)
 			},
@@ -283,7 +283,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
-					MaxDeadLetters: 1000, CombineWrites: true, InstanceID: "i",
+					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff, InstanceID: "i",
 				}, c.Writeback)
 				assert.Equal(t, Log{Level: "warn", Format: "json"}, c.Log)
 			},
@@ -342,7 +342,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:    "unknown key in a collection",
 			path:    "testdata/unknown_collection_key.yaml",
-			wantErr: "testdata/unknown_collection_key.yaml:5: collections.usertable.ttl is not a known key; remove it or fix its spelling (collections.usertable takes: cacheTTL, key, policy, store, table)",
+			wantErr: "testdata/unknown_collection_key.yaml:5: collections.usertable.ttl is not a known key; remove it or fix its spelling (collections.usertable takes: cacheTTL, key, nearCache, policy, store, table)",
 		},
 		{
 			name:    "not a number",
@@ -404,10 +404,10 @@ func TestLoadStructuralErrors(t *testing.T) {
 		{"bool", "redis: {replicas: yes}\n", `f.yaml:1: redis.replicas: "yes" is not a whole number`},
 		{"list element", "queues: {bank: {store: pg, tables: [a, [b]]}}\n", "f.yaml:1: queues.bank.tables[1]: want a single value, not a list or a mapping"},
 		{"unknown key in a store", "stores: {pg: {driver: postgres, dns: x}}\n", "f.yaml:1: stores.pg.dns is not a known key; remove it or fix its spelling (stores.pg takes: database, driver, dsn, dsnEnv, maxConns, uri)"},
-		{"empty collection", "collections:\n  u:\n", "f.yaml:2: collections.u: the entry is empty; fill it in (cacheTTL, key, policy, store, table) or remove it"},
+		{"empty collection", "collections:\n  u:\n", "f.yaml:2: collections.u: the entry is empty; fill it in (cacheTTL, key, nearCache, policy, store, table) or remove it"},
 		{"empty store", "stores: {pg: }\n", "f.yaml:1: stores.pg: the entry is empty; fill it in (database, driver, dsn, dsnEnv, maxConns, uri) or remove it"},
 		{"two documents", "listen: a:1\n---\nlisten: b:2\n", "config file f.yaml holds more than one YAML document; keep only one (remove the extra ---)"},
-		{"unknown key through a merge", "collections:\n  a: &c {key: id}\n  b: {<<: *c, polcy: x}\n", "f.yaml:3: collections.b.polcy is not a known key; remove it or fix its spelling (collections.b takes: cacheTTL, key, policy, store, table)"},
+		{"unknown key through a merge", "collections:\n  a: &c {key: id}\n  b: {<<: *c, polcy: x}\n", "f.yaml:3: collections.b.polcy is not a known key; remove it or fix its spelling (collections.b takes: cacheTTL, key, nearCache, policy, store, table)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -483,4 +483,28 @@ func TestDSNFromEnv(t *testing.T) {
 	_, err = Load(path, func(string) (string, bool) { return "", false }, nil)
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "PG_DSN is not set"), err.Error())
+}
+
+func TestLoadNearCache(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"default", nil, nil, NearCacheOff},
+		{"env", map[string]string{"WRITEBACK_NEAR_CACHE": "on"}, nil, NearCacheOn},
+		{"flag over env", map[string]string{"WRITEBACK_NEAR_CACHE": "on"}, []string{"--near-cache=off"}, NearCacheOff},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Load("", env(tc.env), flags(t, tc.args...))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got.Writeback.NearCache)
+		})
+	}
+	got, err := Parse("f.yaml", []byte("collections:\n  u: {store: pg, key: id, nearCache: {leaseTTL: 1s}}\n"))
+	require.NoError(t, err)
+	want := DefaultNearCache()
+	want.LeaseTTL = Duration{time.Second}
+	assert.Equal(t, want, got.Collections["u"].NearCache, "unset nearCache keys keep their defaults")
 }

@@ -193,6 +193,7 @@ func (c *Config) validateCollections(v *validator) {
 		}
 		v.oneOf(p+".policy", coll.Policy, "write policy", policies)
 		v.positive(p+".cacheTTL", coll.CacheTTL, "1h")
+		validateNearCache(v, p+".nearCache", coll.NearCache)
 		// Two collections on one table would buffer and apply changes to
 		// the same rows with no order between them.
 		table := coll.Table
@@ -301,6 +302,10 @@ func (c *Config) validateWriteback(v *validator) {
 	if w.PinnedMemoryLimit <= 0 {
 		v.addf("writeback.pinnedMemoryLimit: %d is not positive; use a size such as 1GiB", w.PinnedMemoryLimit)
 	}
+	v.oneOf("writeback.nearCache", w.NearCache, "near-cache setting", []string{NearCacheOff, NearCacheOn})
+	if strings.ContainsAny(w.InstanceID, ";=") {
+		v.addf("writeback.instanceID: %q contains ';' or '='; use letters, digits, '-', '.' or '_'", w.InstanceID)
+	}
 	if strings.ContainsAny(w.InstanceID, "{} \t\r\n") {
 		v.addf("writeback.instanceID: %q contains braces or spaces; use letters, digits, '-', '.' or '_'", w.InstanceID)
 	}
@@ -406,4 +411,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// MinNearLease is the shortest near-cache lease: a copy is served for the
+// lease less a 100 ms margin for clock drift (document.LeaseMargin).
+const MinNearLease = 200 * time.Millisecond
+
+func validateNearCache(v *validator, p string, n NearCache) {
+	if n.MaxBytes < 0 {
+		v.addf("%s.maxBytes: %d is negative; use a size such as 64MiB, or 0 to turn this collection's near cache off", p, n.MaxBytes)
+	}
+	if n.MaxBytes > 0 && n.LeaseTTL.Duration < MinNearLease {
+		v.addf("%s.leaseTTL: %s is shorter than %s (a copy is served for the lease less a 100ms margin); use a lease such as 2s", p, n.LeaseTTL.Duration, MinNearLease)
+	}
+	if n.HotWindow.Duration < 0 {
+		v.addf("%s.hotWindow: %s is negative; use 0 to lease every document, or a window such as 2s", p, n.HotWindow.Duration)
+	}
 }

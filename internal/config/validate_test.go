@@ -53,6 +53,11 @@ func TestValidateOK(t *testing.T) {
 			c.Collections[n] = Collection{Store: "maria", Table: n, Key: "id", Policy: PolicyWriteAround, CacheTTL: Duration{time.Second}}
 		}},
 		{"no collections at all", func(c *Config) { c.Collections, c.Queues, c.Stores = nil, nil, nil }},
+		{"near cache on with defaults", func(c *Config) {
+			c.Writeback.NearCache = NearCacheOn
+			c.Collections["usertable"] = nearColl(c, DefaultNearCache())
+		}},
+		{"near cache off for a collection", func(c *Config) { c.Collections["usertable"] = nearColl(c, NearCache{}) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,6 +240,18 @@ func TestValidate(t *testing.T) {
 			"writeback.pinnedMemoryLimit: 0 is not positive; use a size such as 1GiB"},
 		{"instance id", func(c *Config) { c.Writeback.InstanceID = "a b" },
 			`writeback.instanceID: "a b" contains braces or spaces; use letters, digits, '-', '.' or '_'`},
+		{"instance id with a separator of the lease record", func(c *Config) { c.Writeback.InstanceID = "a;b" },
+			`writeback.instanceID: "a;b" contains ';' or '='; use letters, digits, '-', '.' or '_'`},
+		{"near cache setting", func(c *Config) { c.Writeback.NearCache = "yes" },
+			`writeback.nearCache: "yes" is not a near-cache setting; use one of: off, on`},
+		{"negative near cache", func(c *Config) { c.Collections["usertable"] = nearColl(c, NearCache{MaxBytes: -1}) },
+			"collections.usertable.nearCache.maxBytes: -1 is negative; use a size such as 64MiB, or 0 to turn this collection's near cache off"},
+		{"near lease shorter than the margin", func(c *Config) {
+			c.Collections["usertable"] = nearColl(c, NearCache{MaxBytes: MiB, LeaseTTL: Duration{100 * time.Millisecond}})
+		}, "collections.usertable.nearCache.leaseTTL: 100ms is shorter than 200ms (a copy is served for the lease less a 100ms margin); use a lease such as 2s"},
+		{"negative hot window", func(c *Config) {
+			c.Collections["usertable"] = nearColl(c, NearCache{MaxBytes: MiB, LeaseTTL: Duration{time.Second}, HotWindow: Duration{-time.Second}})
+		}, "collections.usertable.nearCache.hotWindow: -1s is negative; use 0 to lease every document, or a window such as 2s"},
 		{"max body bytes", func(c *Config) { c.Limits.MaxBodyBytes = 0 },
 			"limits.maxBodyBytes: 0 is not positive; use a size such as 1MiB"},
 		{"log level", func(c *Config) { c.Log.Level = "verbose" },
@@ -319,4 +336,11 @@ func TestValidateExposure(t *testing.T) {
 			assert.NotContains(t, err.Error(), "\n", "one sentence")
 		})
 	}
+}
+
+// nearColl is the usertable collection of c with near cache n.
+func nearColl(c *Config, n NearCache) Collection {
+	coll := c.Collections["usertable"]
+	coll.NearCache = n
+	return coll
 }

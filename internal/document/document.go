@@ -44,6 +44,9 @@ type Collection struct {
 	StoreName string
 	Store     store.Store
 	Table     *store.Table
+	Near      *NearCache // nil: no near cache (StartNear starts it)
+
+	near *nearColl // the running near cache
 }
 
 // ttl is a cache entry's lifetime: TTL ±10 %, so that entries filled
@@ -57,6 +60,7 @@ type Service struct {
 	app   *bgt.Applier
 	colls map[string]*Collection
 	m     *metrics.Metrics
+	near  *nearService // nil until StartNear, and without near caches
 
 	// fallback is set while pinned memory is above writeback's limit:
 	// write-back collections then write through, so that the buffer

@@ -66,7 +66,25 @@ type FieldResult struct {
 // from other goroutines. The writes must not depend on each other: two
 // writes to one document must not be in the same call (they would run
 // concurrently).
-func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done func(i int, r FieldResult, err error)) {
+func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done0 func(i int, r FieldResult, err error)) {
+	done := done0
+	var ends []func() // near caches: each write's end (Collection.beginWrite)
+	for i := range ws {
+		if c := ws[i].Ref.Coll; c != nil && c.near != nil {
+			if ends == nil {
+				ends = make([]func(), len(ws))
+			}
+			ends[i] = c.beginWrite(ws[i].Ref.ID)
+		}
+	}
+	if ends != nil {
+		done = func(i int, r FieldResult, err error) {
+			if ends[i] != nil {
+				ends[i]()
+			}
+			done0(i, r, err)
+		}
+	}
 	states := make([]*fieldState, len(ws))
 	reqs := make([]buffer.WriteRequest, 0, len(ws))
 	idx := make([]int, 0, len(ws))
@@ -119,6 +137,7 @@ func (s *Service) WriteField(ctx context.Context, w FieldWrite) (FieldResult, er
 	if err != nil {
 		return FieldResult{}, err
 	}
+	defer st.c.beginWrite(st.id)()
 	return s.runField(ctx, st, nil)
 }
 
@@ -203,6 +222,7 @@ func writable(s *change.Schema, f string) error {
 // reset starts the next attempt afresh: a new I-lease token, no base.
 func (st *fieldState) restart() {
 	st.o = buffer.WriteOptions{TTL: st.c.ttl(), Invalidate: st.c.Policy == WriteAround, Token: buffer.NewToken(), Count: !st.create, IfAbsent: st.create}
+	st.c.nearOptions(&st.o)
 }
 
 // createChange is the put that creates the document: the key, the written

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/nearcache"
 )
 
 // Get returns the latest acknowledged value of a document, hit or miss.
@@ -22,6 +23,18 @@ func (s *Service) Get(ctx context.Context, coll, id string) (change.Doc, error) 
 }
 
 func (s *Service) get(ctx context.Context, c *Collection, id string) (change.Doc, error) {
+	if c.near == nil {
+		return s.getRedis(ctx, c, id)
+	}
+	v, err := s.view(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	return v.Doc(), nil
+}
+
+// getRedis is the read path without the near cache.
+func (s *Service) getRedis(ctx context.Context, c *Collection, id string) (change.Doc, error) {
 	tok := buffer.NewToken()
 	r, err := s.buf.Read(ctx, c.Name, id, tok)
 	if err != nil {
@@ -116,13 +129,46 @@ func hashOf(d change.Doc) Hash {
 // document: for hits before GetMany returns, for misses — each read through
 // the store concurrently — possibly after, from other goroutines.
 func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc Hash, err error)) {
-	drefs := make([]buffer.DocRef, len(refs))
+	var near, plain []int
 	for i, r := range refs {
-		drefs[i] = s.buf.Ref(r.Coll.Name, r.ID)
+		if n := r.Coll.near; n != nil {
+			if e, ok := n.cache.Get(r.ID); ok {
+				n.hits.Inc()
+				done(i, e.Hash, nil)
+				continue
+			}
+			if !n.cache.IsHot(r.ID) {
+				near = append(near, i)
+				continue
+			}
+			// Hot: read from Redis as without a near cache.
+			n.misses.Inc()
+			n.leases[buffer.LeaseHot].Inc()
+		}
+		plain = append(plain, i)
+	}
+	if len(near) > 0 {
+		s.leaseMany(ctx, refs, near, func(i int, _ *nearcache.Entry, h Hash, err error) {
+			if err == nil && h == nil {
+				err = ErrNotFound
+			}
+			done(i, h, err)
+		}, true, false)
+	}
+	if len(plain) > 0 {
+		s.peekMany(ctx, refs, plain, done)
+	}
+}
+
+// peekMany is GetMany for refs[is], which have no near cache.
+func (s *Service) peekMany(ctx context.Context, refs []Ref, is []int, done func(i int, doc Hash, err error)) {
+	drefs := make([]buffer.DocRef, len(is))
+	for k, i := range is {
+		drefs[k] = s.buf.Ref(refs[i].Coll.Name, refs[i].ID)
 	}
 	hashes, err := s.buf.Peek(ctx, drefs)
 	if err != nil {
-		for i := range refs {
+		for _, i := range is {
 			done(i, nil, err)
 		}
 		return
@@ -137,7 +183,8 @@ func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc 
 		}
 	}
 	defer countHits()
-	for i, h := range hashes {
+	for k, h := range hashes {
+		i := is[k]
 		if h != nil {
 			if c := refs[i].Coll; c != hitColl {
 				countHits()
@@ -150,7 +197,7 @@ func (s *Service) GetMany(ctx context.Context, refs []Ref, done func(i int, doc 
 		// A miss: the whole read path, which looks at the entry again
 		// (it may have been filled meanwhile) under an I lease.
 		go func() {
-			doc, err := s.get(ctx, refs[i].Coll, refs[i].ID)
+			doc, err := s.getRedis(ctx, refs[i].Coll, refs[i].ID)
 			done(i, hashOf(doc), err)
 		}()
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
@@ -105,6 +106,7 @@ func (s *Service) write(ctx context.Context, r Ref, ch change.Change, replace ma
 	}
 	w := &docWrite{r: r, ch: ch, replace: replace}
 	w.restart()
+	defer r.Coll.beginWrite(r.ID)()
 	res, err := s.drive(ctx, w, nil)
 	if err != nil {
 		return 0, err
@@ -132,6 +134,7 @@ func (w *docWrite) setBase(row change.Doc) { w.o.HaveBase, w.o.Base = true, row 
 func (w *docWrite) restart() {
 	c := w.r.Coll
 	w.o = buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround, Token: buffer.NewToken(), Replace: w.replace}
+	c.nearOptions(&w.o)
 }
 
 func (w *docWrite) decide(_ context.Context, out buffer.Outcome) (next, error) {
@@ -178,8 +181,14 @@ type attempt interface {
 // that slips in meanwhile voids the lease (Voided), which starts the
 // attempt over with a new token.
 func (s *Service) drive(ctx context.Context, a attempt, first *buffer.WriteResult) (buffer.WriteResult, error) {
-	restarts := 0
-	for range 4 * maxVoided {
+	restarts, waits := 0, 0
+	var waited time.Time // when the write first found near-cache lease holders
+	defer func() {
+		if n := a.ref().Coll.near; n != nil && !waited.IsZero() {
+			n.wait.Observe(time.Since(waited).Seconds())
+		}
+	}()
+	for tries := 0; tries < 4*maxVoided; tries++ {
 		var r buffer.WriteResult
 		if first != nil {
 			r, first = *first, nil
@@ -203,6 +212,22 @@ func (s *Service) drive(ctx context.Context, a attempt, first *buffer.WriteResul
 			n = again
 		case buffer.Voided:
 			s.m.LeaseConflicts.WithLabelValues("i").Inc()
+		case buffer.Leased:
+			// Near-cache holders were told to let go: wait for them (or
+			// their leases' expiry) and send the same write again. The
+			// wait is bounded by the context, not by the tries.
+			if waited.IsZero() {
+				waited = time.Now()
+				if n := a.ref().Coll.near; n != nil {
+					n.sent.Inc()
+				}
+			}
+			if err := s.awaitLeases(ctx, a.ref(), r.Wait, waits); err != nil {
+				return buffer.WriteResult{}, err
+			}
+			waits++
+			tries--
+			n = again
 		default:
 			var err error
 			if n, err = a.decide(ctx, r.Outcome); n == stop {

@@ -40,6 +40,9 @@ type Metrics struct {
 	Requests        *prometheus.CounterVec   // requests_total{op,code}
 	RequestDuration *prometheus.HistogramVec // request_duration_seconds{op}
 
+	// Near cache, per collection.
+	Near *NearMetrics
+
 	// Cache and buffer, per collection.
 	CacheHits       *prometheus.CounterVec // cache_hits_total{collection}
 	CacheMisses     *prometheus.CounterVec // cache_misses_total{collection}
@@ -109,6 +112,7 @@ var ApplyBuckets = []float64{
 func New(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
+		Near: newNear(f),
 		Requests: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "requests_total",
 			Help: "HTTP API requests answered, by operation and status code.",

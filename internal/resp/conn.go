@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
+	"github.com/writeback/writeback/internal/nearcache"
 )
 
 // Limits of one connection.
@@ -48,6 +50,7 @@ type job struct {
 	wrote  func(j *job, r document.FieldResult)              // renders fw's result
 	mapErr func(err error) *respError                        // errors fw words its own way (may return nil)
 	run    func(ctx context.Context, j *job)                 // anything else doing I/O; sets the reply
+	whole  bool                                              // read renders the whole document (HGETALL): its reply is memoized in near-cache entries
 }
 
 func (j *job) reply(b []byte) { j.out, j.code = b, 200 }
@@ -147,6 +150,11 @@ type conn struct {
 	reads  []*job    // the current batch
 	writes []*job
 
+	// wmu guards queued and, while queued is 0, the connection's writes:
+	// the writer writes only the jobs queued, the reader only when none is.
+	wmu    sync.Mutex
+	queued int // jobs pushed whose replies the writer has not written and flushed
+
 	omu   sync.Mutex // guards order and free
 	order map[docKey]*docOrder
 	free  []*docOrder
@@ -219,6 +227,9 @@ func (c *conn) readLoop() {
 		}
 		for _, cmd := range cmds {
 			j := c.prepare(cmd.Args)
+			if len(cmds) == 1 && c.direct(j) {
+				continue
+			}
 			c.push(j)
 			c.schedule(j)
 			if j.close {
@@ -253,6 +264,9 @@ func (c *conn) newJob(op string) *job {
 // their replies it blocks — after dispatching the current batch, whose
 // commands the writer may be waiting for.
 func (c *conn) push(j *job) {
+	c.wmu.Lock()
+	c.queued++
+	c.wmu.Unlock()
 	select {
 	case c.queue <- j:
 	default:
@@ -295,12 +309,73 @@ func (c *conn) schedule(j *job) {
 	deps := c.deps(j)
 	switch {
 	case len(deps) == 0 && j.read != nil:
+		if e, ok := c.s.svc.Cached(j.ref); ok {
+			// A near-cache hit is answered right here, on the reader: no
+			// Redis round trip, no goroutine.
+			c.answerCached(j, e)
+			return
+		}
 		c.reads = append(c.reads, j)
 	case len(deps) == 0 && j.fw != nil:
 		c.writes = append(c.writes, j)
 	default:
 		go c.runAlone(j, deps)
 	}
+}
+
+// direct answers a near-cache hit and writes its reply on the reader,
+// when nothing else is waiting to be written: a client that sends one
+// command at a time then costs no hand-over to the writer. It reports
+// whether it did.
+func (c *conn) direct(j *job) bool {
+	if j.read == nil || j.fw != nil || j.run != nil || j.close {
+		return false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.queued > 0 {
+		// Earlier replies come first: the writer's turn.
+		return false
+	}
+	// Nothing pushed is unwritten, so nothing before j is unfinished: j
+	// has no command to wait for.
+	e, ok := c.s.svc.Cached(j.ref)
+	if !ok {
+		return false
+	}
+	c.answerCached(j, e)
+	if d := c.s.opt.WriteTimeout; d > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(d))
+	}
+	if _, err := c.nc.Write(j.out); err != nil {
+		c.cancel()
+		c.nc.Close()
+	}
+	j.release()
+	return true
+}
+
+// answerCached answers a read from a near-cache entry; a whole-document
+// reply is encoded once per entry and protocol.
+func (c *conn) answerCached(j *job, e *nearcache.Entry) {
+	schema := j.ref.Coll.Table.Schema
+	if !j.whole {
+		j.read(j, schema, e.Hash)
+		c.finish(j)
+		return
+	}
+	slot := nearcache.MemoRESP2
+	if j.proto == 3 {
+		slot = nearcache.MemoRESP3
+	}
+	out := e.Memo(slot, func() []byte {
+		j.read(j, schema, e.Hash)
+		b := bytes.Clone(j.out)
+		j.release()
+		return b
+	})
+	j.out, j.code = out, 200
+	c.finish(j)
 }
 
 // deps returns the unfinished commands j must wait for, and records j as
@@ -454,27 +529,34 @@ func (c *conn) writeLoop() {
 		}
 	}
 	for j := range c.queue {
-		select {
-		case <-j.done:
-		default:
-			flush()
-			<-j.done
-		}
-		if broken {
-			continue
-		}
-		w.WriteRaw(j.out)
-		j.release()
-		pending = true
-		if j.close {
-			flush()
-			broken = true
-			c.nc.Close()
-			continue
-		}
-		if len(c.queue) == 0 {
-			flush()
-		}
+		func() {
+			select {
+			case <-j.done:
+			default:
+				flush()
+				<-j.done
+			}
+			if broken {
+				return
+			}
+			w.WriteRaw(j.out)
+			j.release()
+			pending = true
+			if j.close {
+				flush()
+				broken = true
+				c.nc.Close()
+				return
+			}
+			if len(c.queue) == 0 {
+				flush()
+			}
+		}()
+		// Written and, if it was the last, flushed: once none is left the
+		// reader may write its next reply itself (direct).
+		c.wmu.Lock()
+		c.queued--
+		c.wmu.Unlock()
 	}
 	flush()
 }

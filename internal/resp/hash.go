@@ -92,6 +92,7 @@ func cmdHMGet(c *conn, j *job, args [][]byte) {
 }
 
 func cmdHGetAll(c *conn, j *job, args [][]byte) {
+	j.whole = true
 	readOne(c, j, args[1], func(j *job, s *change.Schema, doc document.Hash) {
 		type field struct {
 			col *change.Column

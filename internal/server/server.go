@@ -129,6 +129,9 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			return nil, fmt.Errorf("collections.%s: %v", name, err)
 		}
 		colls[name] = &document.Collection{Name: name, Policy: document.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
+		if nc := cc.NearCache; cfg.Writeback.NearCacheOn() && nc.MaxBytes > 0 {
+			colls[name].Near = &document.NearCache{MaxBytes: int64(nc.MaxBytes), LeaseTTL: nc.LeaseTTL.Duration, HotWindow: nc.HotWindow.Duration}
+		}
 		applied[name] = &bgt.Collection{Name: name, StoreName: cc.Store, Store: st, Table: t}
 		s.m.InitCollection(name)
 	}
@@ -157,6 +160,11 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 	}
 	s.checkMemory(ctx)
 	s.svc = document.New(s.buf, s.app, colls, s.m)
+	// Subscribed before the front doors open: no lease is taken before
+	// this sidecar can hear its revocations.
+	if err := s.svc.StartNear(ctx, wb.InstanceID); err != nil {
+		return nil, err
+	}
 	if err := s.newSessions(ctx, reg); err != nil {
 		return nil, err
 	}
@@ -490,6 +498,9 @@ func (s *Server) watch(ctx context.Context) {
 }
 
 func (s *Server) close() {
+	if s.svc != nil {
+		s.svc.StopNear()
+	}
 	s.sess.close()
 	for _, st := range s.stores {
 		_ = st.Close()

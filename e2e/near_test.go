@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The near cache across processes: a holder's copy of a document (a read
+// lease in Redis) holds up another sidecar's write to it until the holder
+// lets go — at once when it answers the revocation, at its lease's expiry
+// when it is paused or dead — and a holder never serves the old value
+// afterwards. Collections keep the default nearCache (leaseTTL 2s, hotWindow
+// 2s); WRITEBACK_NEAR_CACHE turns it on.
+
+const nearLease = 2 * time.Second
+
+// nearPair starts a holder and a writer sidecar with near caches on, and
+// makes the holder hold a lease on document 1 of the PostgreSQL collection:
+// it returns when the holder served it from its near cache, and the time
+// before the read that took the lease was sent (the lease expires in Redis
+// no earlier than leased + nearLease).
+func nearPair(t *testing.T) (e *env, holder, writer *sidecar, coll string, leased time.Time) {
+	t.Helper()
+	e = newEnv(t, 1)
+	coll = e.coll("pg")
+	addrH, addrW := freeAddr(t), freeAddr(t)
+	holder = start(t, e.config(addrH, "write-back", ""), addrH, "WRITEBACK_NEAR_CACHE=on")
+	writer = start(t, e.config(addrW, "write-back", ""), addrW, "WRITEBACK_NEAR_CACHE=on")
+	// The first read misses in Redis and fills it; the second takes the
+	// lease; the third is a near-cache hit.
+	for i := range 3 {
+		if i == 1 {
+			leased = time.Now()
+		}
+		if got := nearRead(t, holder, coll); got != "init" {
+			t.Fatalf("holder read %q, want init", got)
+		}
+	}
+	hits := `writeback_nearcache_hits_total{collection="` + coll + `"}`
+	if n := metricValue(t, holder.addr, hits); n < 1 {
+		t.Fatalf("%s = %v after three reads: the holder took no lease", hits, n)
+	}
+	return e, holder, writer, coll, leased
+}
+
+// nearRead reads document 1's s through sidecar s.
+func nearRead(t *testing.T, s *sidecar, coll string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, _, err := s.c.Get(ctx, coll, "1")
+	if err != nil {
+		t.Fatalf("read through %s: %v", s.addr, err)
+	}
+	var d struct{ S string }
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	return d.S
+}
+
+// nearWrite sets document 1's s through sidecar s and returns when it was
+// acknowledged.
+func nearWrite(t *testing.T, s *sidecar, coll, v string) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.c.Patch(ctx, coll, "1", map[string]any{"$set": map[string]any{"s": v}}); err != nil {
+		t.Fatalf("write through %s: %v", s.addr, err)
+	}
+	return time.Now()
+}
+
+func TestNearHolderLetsGo(t *testing.T) {
+	_, holder, writer, coll, _ := nearPair(t)
+	start := time.Now()
+	nearWrite(t, writer, coll, "new")
+	if d := time.Since(start); d > nearLease/2 {
+		t.Errorf("the write took %v: a live holder should let go at once, not at its lease's expiry", d)
+	}
+	if got := nearRead(t, holder, coll); got != "new" {
+		t.Fatalf("holder read %q after the write, want new", got)
+	}
+}
+
+func TestNearHolderPaused(t *testing.T) {
+	_, holder, writer, coll, leased := nearPair(t)
+	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = holder.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	done := make(chan time.Time, 1)
+	go func() { done <- nearWrite(t, writer, coll, "new") }()
+	// While it waits, the write is visible nowhere: the writer's own reads
+	// (from Redis) still see the old value.
+	time.Sleep(nearLease / 4)
+	select {
+	case at := <-done:
+		t.Fatalf("the write was acknowledged %v after the lease was taken, before the paused holder's lease (%v) expired", at.Sub(leased), nearLease)
+	default:
+	}
+	if got := nearRead(t, writer, coll); got != "init" {
+		t.Fatalf("writer read %q while its write waited for the holder, want init", got)
+	}
+	at := <-done
+	if at.Sub(leased) < nearLease-50*time.Millisecond {
+		t.Fatalf("the write was acknowledged %v after the lease was taken, before it expired (%v)", at.Sub(leased), nearLease)
+	}
+	if d := at.Sub(leased); d > nearLease+3*time.Second {
+		t.Errorf("the write took %v after the lease was taken: it should complete soon after the %v lease expires", d, nearLease)
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	for i := range 5 {
+		if got := nearRead(t, holder, coll); got != "new" {
+			t.Fatalf("read %d through the resumed holder: %q, want new", i, got)
+		}
+	}
+	if got := nearRead(t, writer, coll); got != "new" {
+		t.Fatalf("writer read %q, want new", got)
+	}
+}
+
+func TestNearHolderKilled(t *testing.T) {
+	_, holder, writer, coll, leased := nearPair(t)
+	holder.kill()
+	at := nearWrite(t, writer, coll, "new")
+	if d := at.Sub(leased); d > nearLease+time.Second {
+		t.Fatalf("the write completed %v after the dead holder took its lease: want within the lease (%v)", d, nearLease)
+	}
+	if got := nearRead(t, writer, coll); got != "new" {
+		t.Fatalf("writer read %q, want new", got)
+	}
+}

@@ -1,0 +1,296 @@
+package buffer
+
+// Near-cache read leases (Gray & Cheriton), recorded in Redis next to the
+// cache entry. A document's lease record "<tag>l:<member>" is a hash:
+// holder (a sidecar's instance id) → "<expiry ms>:<generation>", plus "x" →
+// the Redis time (ms) until which no new lease is granted because a writer
+// is waiting for the holders to let go. The record carries no TTL: it is
+// pinned, so that eviction can never make a writer overlook a holder; the
+// writes that find it and the grants clean it up. "<tag>h:<member>" marks a
+// document written within its collection's hot window (TTL: the window).
+//
+// A holder's channel is "<prefix>:near:<instance>"; messages are
+// "v;<generation>;<writer>;<lease record>" (revoke: drop your copy, then
+// release) and "r;<lease record>" (a holder released: the waiting writer
+// may try again).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/writeback/writeback/internal/rscript"
+)
+
+// replyLeased is the write script's answer to a near write of a document
+// other sidecars hold leases on: nothing was written; the second element is
+// how many ms until the last lease expires.
+const replyLeased = -8
+
+// Leased: other sidecars hold near-cache read leases on the document;
+// nothing was written, revocations were sent, and the write may be tried
+// again once they released or after WriteResult.Wait.
+const Leased Outcome = Overflow + 1
+
+// luaNearCheck is the near-cache step of the write script (flag "n"): see
+// writeScript. It runs before the write touches anything.
+var luaNearCheck = fmt.Sprintf("local LEASED = %d\n", replyLeased) + `
+local function near_check(pending, ck, hot)
+  local tag = string.sub(pending, 1, #pending - 7)
+  local member = string.sub(ck, #pending - 4)
+  local lk = tag .. 'l:' .. member
+  local hs = redis.call('HGETALL', lk)
+  if #hs > 0 then
+    local now = tonumber(ms)
+    local last, live = 0, {}
+    for j = 1, #hs, 2 do
+      local f, v = hs[j], hs[j + 1]
+      -- This sidecar's own lease does not hold the write up: its writer
+      -- dropped its copy and refuses installs until the write is over.
+      if f ~= 'x' and f ~= holder then
+        local c = string.find(v, ':', 1, true)
+        local exp = tonumber(string.sub(v, 1, c - 1))
+        if exp > now then
+          live[#live + 1] = f
+          live[#live + 1] = string.sub(v, c + 1)
+          if exp > last then last = exp end
+        end
+      end
+    end
+    if #live > 0 then
+      -- No new lease until these expire, and a little longer, so that the
+      -- writer, trying again at the last expiry, is not beaten by a new
+      -- lease: writers must not starve.
+      redis.call('HSET', lk, 'x', last + 500)
+      for j = 1, #live, 2 do
+        redis.call('PUBLISH', nearchan .. live[j], 'v;' .. live[j + 1] .. ';' .. holder .. ';' .. lk)
+      end
+      return {LEASED, last - now}
+    end
+    redis.call('DEL', lk)
+  end
+  if hot > 0 then redis.call('SET', tag .. 'h:' .. member, '1', 'PX', hot) end
+  return nil
+end
+`
+
+// leaseScript reads a cache entry and, on a hit, grants the caller a read
+// lease on it unless the document is hot or a writer waits for its holders.
+//
+// KEYS: 1 cache entry, 2 lease record, 3 hot mark. ARGV: 1 holder,
+// 2 generation, 3 lease lifetime ms. Returns {0} on a miss, else {outcome,
+// fields} (outcome: LeaseGranted, LeaseHot, LeaseRevoking).
+var leaseScript = redis.NewScript(luaEntry + `
+local h = redis.call('HGETALL', KEYS[1])
+if #h == 0 then return {0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {2, h} end
+local now = now_ms()
+local x = redis.call('HGET', KEYS[2], 'x')
+if x then
+  if tonumber(x) > now then return {3, h} end
+  redis.call('HDEL', KEYS[2], 'x')
+end
+-- Holders that never released (crashed, or their copy was evicted)
+-- leave expired fields: clean them up once there are many.
+if redis.call('HLEN', KEYS[2]) >= 16 then
+  local hs = redis.call('HGETALL', KEYS[2])
+  for j = 1, #hs, 2 do
+    local c = string.find(hs[j + 1], ':', 1, true)
+    if c and tonumber(string.sub(hs[j + 1], 1, c - 1)) <= now then
+      redis.call('HDEL', KEYS[2], hs[j])
+    end
+  end
+end
+-- A holder's field keeps its latest generation and the latest expiry of
+-- all its grants (Redis's clock may step back): a writer must not see it
+-- expire before any of its copies.
+local exp = now + tonumber(ARGV[3])
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur then
+  local c = string.find(cur, ':', 1, true)
+  exp = math.max(exp, tonumber(string.sub(cur, 1, c - 1)))
+end
+redis.call('HSET', KEYS[2], ARGV[1], exp .. ':' .. ARGV[2])
+return {1, h}
+`)
+
+// releaseScript gives a lease back if it is still the generation the
+// revocation named (a newer one stays), and tells the waiting writer.
+//
+// KEYS: 1 lease record. ARGV: 1 holder, 2 generation, 3 the writer's
+// channel ("": none).
+var releaseScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then
+  local c = string.find(v, ':', 1, true)
+  if string.sub(v, c + 1) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+end
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], 'r;' .. KEYS[1]) end
+return 1
+`)
+
+// LeaseOutcome is what a lease request got on a hit.
+type LeaseOutcome int
+
+const (
+	// LeaseGranted: the caller holds a read lease until the deadline it
+	// computes (NearRead.TTL from when it sent the request, less a margin).
+	LeaseGranted LeaseOutcome = 1
+	// LeaseHot: the document was written within its hot window; no lease.
+	LeaseHot LeaseOutcome = 2
+	// LeaseRevoking: a writer waits for the document's holders; no lease.
+	LeaseRevoking LeaseOutcome = 3
+	// LeaseUnconfirmed: granted, but fewer replicas than required confirmed
+	// it: serve the value once, keep no copy.
+	LeaseUnconfirmed LeaseOutcome = 4
+)
+
+// NearRead is one lease request of LeaseRead.
+type NearRead struct {
+	Coll, ID string
+	Gen      uint64        // the holder's request number, named again by a revocation
+	TTL      time.Duration // lease lifetime
+}
+
+// NearReadResult is what a lease request found.
+type NearReadResult struct {
+	Hit     bool
+	Hash    map[string]string // the cache entry, on a hit
+	Outcome LeaseOutcome      // on a hit
+}
+
+// LeaseRead reads cache entries and takes read leases on the hits for this
+// sidecar (Instance), in one round trip. A miss takes no lease: it goes
+// through Read.
+func (b *Buffer) LeaseRead(ctx context.Context, reqs []NearRead) ([]NearReadResult, error) {
+	calls := make([]rscript.Call, len(reqs))
+	for i, r := range reqs {
+		part := b.Partition(r.Coll, r.ID)
+		m := Member(r.Coll, r.ID)
+		calls[i] = rscript.Call{
+			Script: leaseScript,
+			Keys:   []string{b.cacheKey(part, m), b.leaseKey(part, m), b.hotKey(part, m)},
+			Args:   []any{b.Instance, strconv.FormatUint(r.Gen, 10), r.TTL.Milliseconds()},
+		}
+	}
+	// The lease must reach the replicas before the holder serves under it:
+	// a failover that lost it would let a writer overlook the holder.
+	replies, errs, repls := b.durable().RunAll(ctx, calls)
+	out := make([]NearReadResult, len(reqs))
+	for i := range reqs {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("buffer: lease read: %w", errs[i])
+		}
+		v, _ := replies[i].([]any)
+		if len(v) == 0 {
+			return nil, errors.New("buffer: lease read: malformed reply")
+		}
+		code, _ := v[0].(int64)
+		if code == 0 {
+			continue
+		}
+		items, _ := v[1].([]any)
+		h := make(map[string]string, len(items)/2)
+		for j := 0; j+1 < len(items); j += 2 {
+			f, _ := items[j].(string)
+			val, _ := items[j+1].(string)
+			h[f] = val
+		}
+		out[i] = NearReadResult{Hit: true, Hash: h, Outcome: LeaseOutcome(code)}
+		if out[i].Outcome == LeaseGranted && repls[i] != nil {
+			out[i].Outcome = LeaseUnconfirmed
+		}
+	}
+	return out, nil
+}
+
+// ReleaseLease gives back this sidecar's lease of generation gen on the
+// document whose lease record is lk, after its copy is gone, and tells
+// writer (an instance id, "" for none) that it may try again.
+func (b *Buffer) ReleaseLease(ctx context.Context, lk string, gen uint64, writer string) error {
+	ch := ""
+	if writer != "" {
+		ch = b.NearChannel(writer)
+	}
+	if err := releaseScript.Run(ctx, b.rdb, []string{lk}, b.Instance, strconv.FormatUint(gen, 10), ch).Err(); err != nil {
+		return fmt.Errorf("buffer: release: %w", err)
+	}
+	return nil
+}
+
+// Held is a lease this sidecar gives back: its record and generation.
+type Held struct {
+	Record string
+	Gen    uint64
+}
+
+// ReleaseMany gives back leases whose copies this sidecar dropped on its
+// own (expired, evicted), in one round trip, telling no writer.
+func (b *Buffer) ReleaseMany(ctx context.Context, hs []Held) error {
+	pipe := b.rdb.Pipeline()
+	for _, h := range hs {
+		releaseScript.EvalSha(ctx, pipe, []string{h.Record}, b.Instance, strconv.FormatUint(h.Gen, 10), "")
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && rscript.IsNoScript(err) {
+		if err = releaseScript.Load(ctx, b.rdb).Err(); err == nil {
+			return b.ReleaseMany(ctx, hs)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("buffer: release: %w", err)
+	}
+	return nil
+}
+
+// NearChannel is the channel of instance's revocations and releases.
+func (b *Buffer) NearChannel(instance string) string { return b.prefix + ":near:" + instance }
+
+// LeaseRecord is the name of a document's lease record.
+func (b *Buffer) LeaseRecord(coll, id string) string {
+	return b.leaseKey(b.Partition(coll, id), Member(coll, id))
+}
+
+// NearMessage is a message on a holder's channel.
+type NearMessage struct {
+	Revoke bool   // a revocation; else a release
+	Gen    uint64 // the revoked lease's generation
+	Writer string // the writer waiting for the revocation
+	Record string // the lease record
+	Coll   string // the document, from Record
+	ID     string
+}
+
+// ParseNearMessage decodes a message of a holder's channel.
+func ParseNearMessage(msg string) (NearMessage, bool) {
+	var m NearMessage
+	switch {
+	case strings.HasPrefix(msg, "v;"):
+		parts := strings.SplitN(msg[2:], ";", 3)
+		if len(parts) != 3 {
+			return m, false
+		}
+		gen, err := strconv.ParseUint(parts[0], 10, 64)
+		if err != nil {
+			return m, false
+		}
+		m = NearMessage{Revoke: true, Gen: gen, Writer: parts[1], Record: parts[2]}
+	case strings.HasPrefix(msg, "r;"):
+		m.Record = msg[2:]
+	default:
+		return m, false
+	}
+	i := strings.Index(m.Record, "}:l:")
+	if i < 0 {
+		return m, false
+	}
+	m.Coll, m.ID = SplitMember(m.Record[i+4:])
+	return m, true
+}
+
+func (b *Buffer) leaseKey(part int, m string) string { return b.tag(part) + "l:" + m }
+func (b *Buffer) hotKey(part int, m string) string   { return b.tag(part) + "h:" + m }

@@ -1,0 +1,237 @@
+// Package nearcache is a sidecar's in-process first-level cache of
+// documents (L1): decoded documents and their memoized reply bytes, each
+// valid until the local deadline of the read lease it was installed under.
+// It does no I/O: the leases themselves live in Redis (buffer's lease
+// scripts), and the document service drives both.
+//
+// Coherence rests on three rules, enforced here under otter's per-key lock
+// (Compute):
+//
+//   - an entry is served only before its deadline, which the caller derives
+//     from the monotonic time it sent the lease request, so it is never past
+//     the expiry Redis recorded;
+//   - a value read under a lease is installed only with a Ticket taken
+//     before the request was sent, and only if nothing revoked the key or
+//     wrote it locally since (the ticket's epoch is unchanged and no local
+//     write is in progress);
+//   - Revoke and BeginWrite first move the key's epoch, then drop its entry,
+//     so an install either sees the new epoch and refuses, or ran before the
+//     drop and is dropped with it.
+package nearcache
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+)
+
+// Memo slots of an Entry: reply bytes computed once per entry.
+const (
+	MemoJSON  = iota // the HTTP body
+	MemoETag         // its ETag
+	MemoRESP2        // HGETALL's reply, RESP2
+	MemoRESP3        // HGETALL's reply, RESP3
+	numMemos
+)
+
+// Entry is a document held under a read lease. Its fields are read-only
+// once installed.
+type Entry struct {
+	Hash     map[string]string // field → canonical JSON text, as the cache entry in Redis holds it
+	Gen      uint64            // the lease's generation (the holder's request number)
+	deadline int64             // monotonic ns (Now) until which it may be served
+	size     uint32
+	renewing atomic.Bool // a renewal was asked for (Cache.Renew)
+	hot      bool        // a hot mark (MarkHot), not a copy: no Hash, no lease
+	memo     [numMemos]atomic.Pointer[[]byte]
+}
+
+// NewEntry returns an entry for h, servable until deadline (Now's clock).
+func NewEntry(h map[string]string, gen uint64, deadline int64) *Entry {
+	size := 64
+	for f, v := range h {
+		size += len(f) + len(v) + 32
+	}
+	return &Entry{Hash: h, Gen: gen, deadline: deadline, size: uint32(min(size, 1<<31))}
+}
+
+// Memo returns the bytes of memo slot k, built on first use. Concurrent
+// first uses may both build; one result stays.
+func (e *Entry) Memo(k int, build func() []byte) []byte {
+	if p := e.memo[k].Load(); p != nil {
+		return *p
+	}
+	b := build()
+	e.memo[k].CompareAndSwap(nil, &b)
+	return *e.memo[k].Load()
+}
+
+// Ticket is taken before a lease request is sent; Install honours it only
+// if nothing revoked or wrote the key since.
+type Ticket struct {
+	key   string
+	epoch uint64
+}
+
+// stripes is how many epoch counters the keys share: a revocation or local
+// write of one key also refuses installs of the keys sharing its stripe,
+// which costs a later Redis read, never coherence.
+const stripes = 4096
+
+type stripe struct {
+	epoch   atomic.Uint64
+	writers atomic.Int64 // local writes in progress
+	_       [48]byte     // keep stripes on their own cache lines
+}
+
+// Cache is one collection's L1.
+type Cache struct {
+	c       *otter.Cache[string, *Entry]
+	seed    maphash.Seed
+	stripes []stripe
+
+	// OnDrop, when set, is called for entries the cache dropped by itself:
+	// past their deadline (expired) or for room — not for revocations,
+	// local writes or replacements. The holder may then release the
+	// entry's lease.
+	OnDrop func(key string, e *Entry, expired bool)
+	// Renew, when set, is called (once per entry) by the first Get that
+	// finds an entry within RenewWindow of its deadline: the caller takes a
+	// new lease in the background, so that a document read often is never
+	// missing from the cache.
+	Renew       func(key string)
+	RenewWindow time.Duration
+}
+
+// New returns a cache of at most maxBytes of entries.
+func New(maxBytes int64) (*Cache, error) {
+	nc := &Cache{seed: maphash.MakeSeed(), stripes: make([]stripe, stripes)}
+	c, err := otter.New(&otter.Options[string, *Entry]{
+		MaximumWeight: uint64(max(maxBytes, 1)),
+		Weigher:       func(k string, e *Entry) uint32 { return e.size + uint32(len(k)) },
+		// Entries go at their deadline, so that their leases can be
+		// released rather than left to expire in Redis.
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *Entry]) time.Duration {
+			return time.Duration(max(e.Value.deadline-Now(), 1))
+		}),
+		OnDeletion: func(ev otter.DeletionEvent[string, *Entry]) {
+			if nc.OnDrop == nil || ev.Value.hot {
+				return
+			}
+			switch ev.Cause {
+			case otter.CauseOverflow:
+				nc.OnDrop(ev.Key, ev.Value, false)
+			case otter.CauseExpiration:
+				nc.OnDrop(ev.Key, ev.Value, true)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	nc.c = c
+	return nc, nil
+}
+
+// base is the origin of Now.
+var base = time.Now()
+
+// Now is the clock of deadlines: monotonic, in ns.
+func Now() int64 { return int64(time.Since(base)) }
+
+func (c *Cache) stripe(key string) *stripe {
+	return &c.stripes[maphash.String(c.seed, key)%stripes]
+}
+
+// Get returns the key's entry if it may be served now.
+func (c *Cache) Get(key string) (*Entry, bool) {
+	e, ok := c.c.GetIfPresent(key)
+	if !ok || e.hot {
+		return nil, false
+	}
+	now := Now()
+	if now >= e.deadline {
+		return nil, false
+	}
+	if c.Renew != nil && e.deadline-now < int64(c.RenewWindow) && e.renewing.CompareAndSwap(false, true) {
+		c.Renew(key)
+	}
+	return e, true
+}
+
+// Ticket is taken before the lease request for key is sent.
+func (c *Cache) Ticket(key string) Ticket {
+	return Ticket{key: key, epoch: c.stripe(key).epoch.Load()}
+}
+
+// Install makes e the key's entry if t is still good: nothing revoked the
+// key, began or ended a local write of it since t was taken, and no local
+// write of it is in progress. It reports whether it installed e.
+func (c *Cache) Install(t Ticket, e *Entry) bool {
+	st := c.stripe(t.key)
+	installed := false
+	c.c.Compute(t.key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
+		// Under the key's lock: a Revoke or BeginWrite that moved the epoch
+		// after this check drops the entry after this function returns.
+		if st.epoch.Load() != t.epoch || st.writers.Load() > 0 {
+			return old, otter.CancelOp
+		}
+		installed = true
+		return e, otter.WriteOp
+	})
+	return installed
+}
+
+// Revoke drops the key's entry and refuses the installs of every lease
+// request sent before: the holder's step before it releases its lease.
+func (c *Cache) Revoke(key string) {
+	c.stripe(key).epoch.Add(1)
+	c.c.Invalidate(key)
+}
+
+// BeginWrite drops the key's entry before a local write of it and refuses
+// installs until EndWrite: the write may take away this holder's own
+// lease, and a value read around it may be older than it.
+func (c *Cache) BeginWrite(key string) {
+	st := c.stripe(key)
+	st.writers.Add(1)
+	st.epoch.Add(1)
+	c.c.Invalidate(key)
+}
+
+// EndWrite ends a local write that BeginWrite began.
+func (c *Cache) EndWrite(key string) {
+	st := c.stripe(key)
+	st.epoch.Add(1)
+	st.writers.Add(-1)
+}
+
+// MarkHot records that the key was written lately, until (Now's clock):
+// its readers skip the lease request, which would be refused, and read
+// from Redis. A mark is advisory, never a copy: it replaces no copy, and a
+// copy installed later replaces it.
+func (c *Cache) MarkHot(key string, until int64) {
+	c.c.Compute(key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
+		if found && !old.hot && Now() < old.deadline {
+			return old, otter.CancelOp
+		}
+		return &Entry{hot: true, deadline: until, size: 32}, otter.WriteOp
+	})
+}
+
+// IsHot reports whether the key carries a hot mark that has not expired.
+func (c *Cache) IsHot(key string) bool {
+	e, ok := c.c.GetIfPresent(key)
+	return ok && e.hot && Now() < e.deadline
+}
+
+// Bytes is the weight of the entries held.
+func (c *Cache) Bytes() uint64 { return c.c.WeightedSize() }
+
+// Len is the number of entries held.
+func (c *Cache) Len() int { return c.c.EstimatedSize() }
+
+// Close stops the cache's goroutines.
+func (c *Cache) Close() { c.c.StopAllGoroutines() }

@@ -1,0 +1,284 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/internal/testenv"
+	"github.com/writeback/writeback/pkg/client"
+)
+
+// The near cache's linearizability test: several sidecars on one Redis
+// and one PostgreSQL table, each with a near cache, clients on every one
+// of them reading ($set/$inc through both front doors, reads through GET,
+// the multi-read and HGETALL) a few hot documents while the appliers run
+// and a goroutine deletes cache entries behind the sidecars' backs. The
+// history must be linearizable for a register of (n, s) per document.
+
+// nearOp is an operation of the history.
+type nearOp struct {
+	Doc  int
+	Kind byte   // 'g' get, 's' set s, 'i' inc n
+	S    string // set's value
+	N    int64  // inc's amount
+}
+
+// nearState is a document's value, and a get's output.
+type nearState struct {
+	N int64
+	S string
+	// Unknown marks a get that failed: it constrains nothing.
+	Unknown bool
+}
+
+var nearModel = porcupine.Model{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[int][]porcupine.Operation{}
+		for _, op := range h {
+			d := op.Input.(nearOp).Doc
+			by[d] = append(by[d], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range by {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return nearState{N: 1, S: "one"} },
+	Step: func(state, input, output any) (bool, any) {
+		st, in := state.(nearState), input.(nearOp)
+		switch in.Kind {
+		case 's':
+			return true, nearState{N: st.N, S: in.S}
+		case 'i':
+			return true, nearState{N: st.N + in.N, S: st.S}
+		}
+		out := output.(nearState)
+		return out.Unknown || out == st, st
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(nearOp)
+		switch in.Kind {
+		case 's':
+			return fmt.Sprintf("doc%d set %s", in.Doc, in.S)
+		case 'i':
+			return fmt.Sprintf("doc%d inc %d", in.Doc, in.N)
+		}
+		return fmt.Sprintf("doc%d get -> %v", in.Doc, output)
+	},
+}
+
+func TestNearCacheLinearizable(t *testing.T) {
+	for _, hot := range []time.Duration{0, 2 * time.Second} {
+		t.Run("hotWindow="+hot.String(), func(t *testing.T) {
+			for run := range 2 {
+				t.Run(strconv.Itoa(run), func(t *testing.T) { nearLinearRun(t, hot) })
+			}
+		})
+	}
+}
+
+const nearDocs = 3
+
+func nearLinearRun(t *testing.T, hot time.Duration) {
+	f := newFixture(t)
+	for id := 2; id <= nearDocs; id++ {
+		if _, err := f.pg.Exec(fmt.Sprintf("INSERT INTO %s VALUES (%d, 1, 'one')", f.table, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const sidecars = 3
+	var srvs []*running
+	for i := range sidecars {
+		cfg, err := config.Parse("test", fmt.Appendf(nil, `listen: 127.0.0.1:0
+listenResp: 127.0.0.1:0
+redis: {addrs: [%q], keyPrefix: %q}
+stores: {pg: {driver: postgres, dsn: %q, maxConns: 4}}
+collections:
+  %s: {store: pg, key: id, nearCache: {maxBytes: 1MiB, leaseTTL: 500ms, hotWindow: %s}}
+writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, instanceID: %s-%d, nearCache: on}
+`, testenv.RedisAddr(t), f.prefix, f.dsn, f.table, hot, f.prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs = append(srvs, run(t, cfg))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	start := time.Now()
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		wg      sync.WaitGroup
+	)
+	record := func(cl int, in nearOp, call int64, out nearState, failed bool) {
+		ret := int64(time.Since(start))
+		if failed {
+			// It may or may not have taken effect: open until the end.
+			ret = math.MaxInt64
+		}
+		mu.Lock()
+		history = append(history, porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: out, Return: ret})
+		mu.Unlock()
+	}
+	// Evictions behind the sidecars' backs.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+			keys, _ := f.rdb.Keys(ctx, f.prefix+":{*}:c:*").Result()
+			if len(keys) > 0 {
+				f.rdb.Del(ctx, keys[rand.IntN(len(keys))])
+			}
+		}
+	}()
+	const perSidecar = 3
+	for s, srv := range srvs {
+		hc := client.New(srv.url)
+		rc := redis.NewClient(&redis.Options{Addr: srv.srv.RespAddr(), MaxRetries: -1})
+		t.Cleanup(func() { rc.Close() })
+		for k := range perSidecar {
+			cl := s*perSidecar + k
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				seq := 0
+				for ctx.Err() == nil {
+					doc := 1 + rand.IntN(nearDocs)
+					id := strconv.Itoa(doc)
+					key := f.table + "/" + id
+					call := int64(time.Since(start))
+					seq++
+					r := rand.IntN(10)
+					if doc == nearDocs && r < 4 && rand.IntN(2000) > 0 {
+						// The last document is read-mostly: written now and
+						// then, so that it is leased even with a hot window.
+						r = 4 + rand.IntN(6)
+					}
+					switch {
+					case r < 2:
+						v := fmt.Sprintf("c%d-%d", cl, seq)
+						in := nearOp{Doc: doc, Kind: 's', S: v}
+						var err error
+						if r == 0 {
+							_, err = hc.Patch(ctx, f.table, id, map[string]any{"$set": map[string]any{"s": v}})
+						} else {
+							err = rc.HSet(ctx, key, "s", v).Err()
+						}
+						record(cl, in, call, nearState{}, err != nil)
+						if err != nil && ctx.Err() == nil {
+							t.Errorf("client %d: write %s: %v", cl, key, err)
+						}
+					case r < 4:
+						in := nearOp{Doc: doc, Kind: 'i', N: 1 + int64(rand.IntN(5))}
+						var err error
+						if r == 2 {
+							_, err = hc.Patch(ctx, f.table, id, map[string]any{"$inc": map[string]any{"n": in.N}})
+						} else {
+							err = rc.HIncrBy(ctx, key, "n", in.N).Err()
+						}
+						record(cl, in, call, nearState{}, err != nil)
+						if err != nil && ctx.Err() == nil {
+							t.Errorf("client %d: write %s: %v", cl, key, err)
+						}
+					default:
+						in := nearOp{Doc: doc, Kind: 'g'}
+						var (
+							st  nearState
+							err error
+						)
+						switch r {
+						case 4, 5:
+							var raw json.RawMessage
+							if raw, _, err = hc.Get(ctx, f.table, id); err == nil {
+								err = json.Unmarshal(raw, &st)
+							}
+						case 6:
+							var docs []json.RawMessage
+							if docs, err = hc.GetMany(ctx, f.table, []string{id}); err == nil {
+								err = json.Unmarshal(docs[0], &st)
+							}
+						default:
+							var h map[string]string
+							if h, err = rc.HGetAll(ctx, key).Result(); err == nil {
+								st.S = h["s"]
+								st.N, err = strconv.ParseInt(h["n"], 10, 64)
+							}
+						}
+						if err != nil {
+							if ctx.Err() == nil {
+								t.Errorf("client %d: read %s: %v", cl, key, err)
+							}
+							continue
+						}
+						record(cl, in, call, st, false)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var reads, writes int
+	for _, op := range history {
+		if op.Input.(nearOp).Kind == 'g' {
+			reads++
+		} else {
+			writes++
+		}
+	}
+	hits := 0.0
+	for _, srv := range srvs {
+		hits += max(srv.metric(t, `writeback_nearcache_hits_total{collection="`+f.table+`"}`), 0)
+	}
+	t.Logf("%d reads (%.0f near-cache hits), %d writes", reads, hits, writes)
+	if reads < 100 || writes < 20 {
+		t.Fatalf("too few operations to tell: %d reads, %d writes", reads, writes)
+	}
+	// Copies the sidecars drop on their own (at their deadline) give their
+	// leases back; what a request cut short at the end leaves is one
+	// expired field per holder and document at most.
+	time.Sleep(time.Second) // every lease (500ms) has expired
+	keys, err := f.rdb.Keys(context.Background(), f.prefix+":{*}:l:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	now := time.Now().UnixMilli()
+	for _, k := range keys {
+		h, _ := f.rdb.HGetAll(context.Background(), k).Result()
+		for holder, v := range h {
+			if holder == "x" {
+				continue
+			}
+			left++
+			exp, _, _ := strings.Cut(v, ":")
+			if ms, _ := strconv.ParseInt(exp, 10, 64); ms > now {
+				t.Errorf("%s: %s holds a lease until %d, after every lease of 500ms should have expired (now %d)", k, holder, ms, now)
+			}
+		}
+	}
+	if left > nearDocs*sidecars {
+		t.Errorf("%d lease fields left, more than one per document and sidecar", left)
+	}
+	t.Logf("%d expired lease fields left", left)
+	res, info := porcupine.CheckOperationsVerbose(nearModel, history, time.Minute)
+	if res != porcupine.Ok {
+		path := t.TempDir() + "/history.html"
+		_ = porcupine.VisualizePath(nearModel, info, path)
+		t.Fatalf("history is %s (visualization: %s)", res, path)
+	}
+}
