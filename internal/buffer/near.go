@@ -73,7 +73,9 @@ local function near_check(pending, ck, hot)
     end
     redis.call('DEL', lk)
   end
-  if hot > 0 then redis.call('SET', tag .. 'h:' .. member, '1', 'PX', hot) end
+  -- The hot mark is the caller's to set, once the write is buffered: a
+  -- write refused later (a patch of a missing document) leaves none.
+  if hot > 0 then return nil, tag .. 'h:' .. member end
   return nil
 end
 `

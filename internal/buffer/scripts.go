@@ -112,7 +112,8 @@ end
 //     leases until theirs expire, publishes a revocation to each and
 //     returns {-8, ms to the last expiry} (near.go). Otherwise it drops the
 //     lease record (this sidecar's own lease too: its writer dropped its
-//     copy first) and marks the document hot for ms.
+//     copy first) and, once the write is buffered, marks the document hot
+//     for ms.
 //   - "a" (if absent): a put that only creates. If the document exists it
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
@@ -184,8 +185,11 @@ local function write(pending, seqk, ck, bw, il, a, z)
   -- Near cache: no write to a document other sidecars hold read leases on
   -- becomes visible before they all released or expired (near_check).
   local np = string.find(flags, 'n', 2, true)
+  local hotkey, hotms
   if np then
-    local r = near_check(pending, ck, tonumber(string.sub(flags, np + 1)))
+    hotms = tonumber(string.sub(flags, np + 1))
+    local r
+    r, hotkey = near_check(pending, ck, hotms)
     if r then return r end
   end
   local nbase = 0
@@ -283,6 +287,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
       end
     end
   end
+  if hotkey then redis.call('SET', hotkey, '1', 'PX', hotms) end
   local s = seq + 1
   local e = s .. '|' .. ms .. '|' .. body
   local len = redis.call('RPUSH', bw, e)
