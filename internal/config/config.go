@@ -239,7 +239,7 @@ func Default() *Config {
 			PinnedMemoryLimit: 1 * GiB,
 			MaxDeadLetters:    1000,
 			CombineWrites:     true,
-			NearCache:         NearCacheOff,
+			NearCache:         NearCacheOn,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
 		HTTP: HTTP{

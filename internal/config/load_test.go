@@ -51,7 +51,7 @@ func TestLoadDefaults(t *testing.T) {
 				Partitions: 64, Workers: 4, BatchSize: 128,
 				LeaseLifetime: Duration{500 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
 				PollInterval: Duration{100 * time.Millisecond}, MaxRetries: 5,
-				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff,
+				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn,
 				InstanceID: got.Writeback.InstanceID,
 			}, got.Writeback)
 			assert.Equal(t, ByteSize(1<<20), got.Limits.MaxBodyBytes)
@@ -93,7 +93,7 @@ func TestLoadFull(t *testing.T) {
 			Partitions: 128, Workers: 8, BatchSize: 256,
 			LeaseLifetime: Duration{250 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
 			PollInterval: Duration{50 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
-			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff, InstanceID: "sidecar-a",
+			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "sidecar-a",
 		},
 		Limits: Limits{MaxBodyBytes: 64 << 10},
 		HTTP: HTTP{ReadHeaderTimeout: Duration{5 * time.Second}, ReadTimeout: Duration{30 * time.Second},
@@ -253,7 +253,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
-					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff, InstanceID: "i",
+					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "i",
 				}, c.Writeback)
 				assert.Equal(t, Log{Level: "warn", Format: "json"}, c.Log)
 			},
@@ -283,7 +283,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
-					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOff, InstanceID: "i",
+					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "i",
 				}, c.Writeback)
 				assert.Equal(t, Log{Level: "warn", Format: "json"}, c.Log)
 			},
@@ -492,9 +492,9 @@ func TestLoadNearCache(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"default", nil, nil, NearCacheOff},
-		{"env", map[string]string{"WRITEBACK_NEAR_CACHE": "on"}, nil, NearCacheOn},
-		{"flag over env", map[string]string{"WRITEBACK_NEAR_CACHE": "on"}, []string{"--near-cache=off"}, NearCacheOff},
+		{"default", nil, nil, NearCacheOn},
+		{"env", map[string]string{"WRITEBACK_NEAR_CACHE": "off"}, nil, NearCacheOff},
+		{"flag over env", map[string]string{"WRITEBACK_NEAR_CACHE": "off"}, []string{"--near-cache=on"}, NearCacheOn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Load("", env(tc.env), flags(t, tc.args...))
