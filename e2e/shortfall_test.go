@@ -85,9 +85,13 @@ func TestSentinelReplicaShortfall(t *testing.T) {
 	if v := metricValue(t, addr, "writeback_replica_shortfalls_total"); v < 1 {
 		t.Errorf("writeback_replica_shortfalls_total = %v with one replica left, want ≥ 1", v)
 	}
-	if v := metricValue(t, addr, "writeback_redis_replicas_in_sync"); v != 1 {
-		t.Errorf("writeback_redis_replicas_in_sync = %v with one replica left, want 1", v)
-	}
+	// The gauge follows the new primary's INFO replication, refreshed every
+	// few seconds; the remaining replica counts once it has caught up
+	// with the new primary (acknowledged within 1 s), which a loaded
+	// machine can delay past the probes.
+	waitFor(t, 15*time.Second, "writeback_redis_replicas_in_sync to read 1 with one replica left", func() bool {
+		return metricValue(t, addr, "writeback_redis_replicas_in_sync") == 1
+	})
 	topology(t, "sentinel", "up") // the old primary comes back as a replica
 	waitFor(t, 30*time.Second, "writes to be acknowledged again with 2 replicas", func() bool { return load.recovered(before) })
 	load.finish(t, sc)
