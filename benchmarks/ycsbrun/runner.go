@@ -249,6 +249,7 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 			if batch > 0 {
 				c.Writeback.BatchSize = batch
 			}
+			c.Writeback.NearCache = config.NearCacheOff
 			if o.nearCache {
 				c.Writeback.NearCache = config.NearCacheOn
 				for name, coll := range c.Collections {
