@@ -469,15 +469,15 @@ func (s *Service) Validate(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.validate(ctx, id, s.byPartition(read), -1); err != nil {
+	err = s.validate(ctx, id, s.byPartition(read), -1)
+	var ae *AbortedError
+	if errors.As(err, &ae) {
+		// A lease was voided: the session is over. (After another error —
+		// Redis unreachable — it stays, and validate may be asked again.)
 		s.release(ctx, id, read, -1)
-		var ae *AbortedError
-		if errors.As(err, &ae) {
-			s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
-		}
-		return err
+		s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
 	}
-	return nil
+	return err
 }
 
 // validate makes the session's S leases golden in every partition of
