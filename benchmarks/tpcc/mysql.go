@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -47,11 +46,17 @@ func openMySQL(ctx context.Context, dsn string, conns int) (*sql.DB, error) {
 	cfg.InterpolateParams = true
 	cfg.MultiStatements = true
 	cfg.ParseTime = false
+	// READ COMMITTED on every connection (the driver sets each parameter
+	// when it connects), as PostgreSQL's default and the sidecar's store.
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["tx_isolation"] = "'READ-COMMITTED'"
 	base, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err
 	}
-	db := sql.OpenDB(readCommitted{base})
+	db := sql.OpenDB(base)
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 	if err := db.PingContext(ctx); err != nil {
@@ -59,26 +64,6 @@ func openMySQL(ctx context.Context, dsn string, conns int) (*sql.DB, error) {
 		return nil, fmt.Errorf("tpcc: connecting to MySQL at %s: %w", cfg.Addr, err)
 	}
 	return db, nil
-}
-
-// readCommitted sets READ COMMITTED on each connection it opens.
-type readCommitted struct{ driver.Connector }
-
-func (c readCommitted) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ex, ok := conn.(driver.ExecerContext)
-	if !ok {
-		conn.Close()
-		return nil, errors.New("tpcc: a MySQL connection cannot execute statements")
-	}
-	if _, err := ex.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", nil); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return conn, nil
 }
 
 // missingTable reports whether err says a table does not exist.

@@ -105,6 +105,10 @@ func TestSmokeMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	// The database alone runs at READ COMMITTED, as PostgreSQL's default.
+	if iso, err := db.rows(ctx, "SELECT @@tx_isolation"); err != nil || len(iso) != 1 || fmt.Sprint(iso[0][0]) != "READ-COMMITTED" {
+		t.Errorf("the TPC-C connections' isolation is %v (%v), want READ-COMMITTED", iso, err)
+	}
 	one := func(q string) []any {
 		t.Helper()
 		rows, err := db.rows(ctx, q)

@@ -239,7 +239,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	}
 	groups := s.byPartition(read)
 	fail := func(err error) (CommitResult, error) {
-		s.release(context.WithoutCancel(ctx), id, read, -1)
+		s.release(context.WithoutCancel(ctx), id, s.byPartition(read), -1) // read: acquireX may have added keys
 		var ae *AbortedError
 		if errors.As(err, &ae) {
 			reason := metrics.AbortConflict
@@ -258,7 +258,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		return fail(err)
 	}
 	if pl == nil {
-		s.release(ctx, id, read, -1)
+		s.release(ctx, id, groups, -1)
 		s.m.Commits.WithLabelValues("").Inc()
 		s.m.CommitDuration.Observe(time.Since(start).Seconds())
 		return CommitResult{Session: id}, nil
@@ -271,7 +271,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		s.wakes.wake(s.keys.Lease(pl.part, k))
 	}
 	fault.Hit(FaultAfterCommit)
-	s.release(ctx, id, read, pl.part)
+	s.release(ctx, id, groups, pl.part)
 	s.m.Commits.WithLabelValues(pl.fam.Name).Inc()
 	res := CommitResult{Session: id, Queue: pl.queue, Seq: seq}
 	if pl.fam.WriteThrough || (s.Fallback != nil && s.Fallback()) {

@@ -469,12 +469,13 @@ func (s *Service) Validate(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	err = s.validate(ctx, id, s.byPartition(read), -1)
+	groups := s.byPartition(read)
+	err = s.validate(ctx, id, groups, -1)
 	var ae *AbortedError
 	if errors.As(err, &ae) {
 		// A lease was voided: the session is over. (After another error —
 		// Redis unreachable — it stays, and validate may be asked again.)
-		s.release(ctx, id, read, -1)
+		s.release(ctx, id, groups, -1)
 		s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
 	}
 	return err
@@ -514,7 +515,7 @@ func (s *Service) Abort(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.release(ctx, id, read, -1)
+	s.release(ctx, id, s.byPartition(read), -1)
 	s.m.Aborts.WithLabelValues(metrics.AbortClient).Inc()
 	return nil
 }
@@ -525,7 +526,7 @@ func (s *Service) abortQuietly(id, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if read, _, err := s.record(ctx, id); err == nil {
-		s.release(ctx, id, read, -1)
+		s.release(ctx, id, s.byPartition(read), -1)
 	}
 	s.m.Aborts.WithLabelValues(reason).Inc()
 }
@@ -535,10 +536,10 @@ func (s *Service) abortQuietly(id, reason string) {
 // them; the leases in partition done (-1: none) are gone already (its
 // commit script released them). Failures are logged: the leases expire
 // anyway.
-func (s *Service) release(ctx context.Context, id string, read map[string]string, done int) {
+func (s *Service) release(ctx context.Context, id string, groups map[int][]string, done int) {
 	var calls []rscript.Call
 	var released []string
-	for p, keys := range s.byPartition(read) {
+	for p, keys := range groups {
 		lks := s.leaseKeys(p, keys)
 		if p != done {
 			calls = append(calls, lease.ReleaseCall(lks, id))
