@@ -235,3 +235,42 @@ func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
 		require.Equal(t, map[int64]string{1: "2.00", 2: "8.00"}, h.balances(t, tbl))
 	})
 }
+
+// On PostgreSQL a session batch waits at most pgSessionLockTimeout for a
+// row lock: the batch's own transaction says so (a statement of the batch
+// records the setting it runs under), and a batch that waits past it
+// fails with an error retried like a deadlock.
+func TestApplySessionsLockTimeoutOnPostgres(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		if h.driver != "postgres" {
+			return
+		}
+		ss := sessionStore(t, h)
+		tbl := h.table(t, map[string]string{"postgres": "CREATE TABLE %s (id int PRIMARY KEY, v text)"})
+		h.exec(t, "INSERT INTO "+tbl+" (id, v) VALUES (1, '')")
+		s1 := Session{ID: newSessionID(t), Queue: "q/1", Seq: 1, Statements: []Statement{
+			{SQL: "UPDATE " + tbl + " SET v = current_setting('lock_timeout') WHERE id = $1", Args: args("1")},
+		}}
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID}) })
+		_, err := ss.ApplySessions(t.Context(), []Session{s1})
+		require.NoError(t, err)
+		rows, err := ss.QueryJSON(t.Context(), "SELECT v FROM "+tbl+" WHERE id = 1")
+		require.NoError(t, err)
+		require.JSONEq(t, `{"v":"250ms"}`, string(rows[0]))
+
+		// Another transaction holds the row: the batch gives up (55P03,
+		// retryable), it does not wait for deadlock_timeout or forever.
+		hold, err := h.s.(*pgStore).pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer hold.Rollback(context.Background())
+		_, err = hold.Exec(t.Context(), "UPDATE "+tbl+" SET v = 'held' WHERE id = 1")
+		require.NoError(t, err)
+		s2 := Session{ID: newSessionID(t), Queue: "q/1", Seq: 2, Statements: []Statement{
+			{SQL: "UPDATE " + tbl + " SET v = 'late' WHERE id = $1", Args: args("1")},
+		}}
+		_, err = ss.ApplySessions(t.Context(), []Session{s2})
+		require.Error(t, err)
+		require.True(t, pgRetryable(err), "a lock wait past lock_timeout must be retryable: %v", err)
+		require.False(t, IsPermanent(err), "a lock wait is not the session's fault: %v", err)
+	})
+}
