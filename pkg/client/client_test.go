@@ -409,5 +409,9 @@ func TestKeepAlive(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	assert.LessOrEqual(t, len(conns), parallel, "connections are not reused")
+	// Without reuse the rounds would open parallel × rounds connections.
+	// With it, about parallel: a connection goes back to the idle pool
+	// just after its response is read, so a request of the next round can
+	// race it and dial one more now and then (33 of 32 once under load).
+	assert.LessOrEqual(t, len(conns), 2*parallel, "connections are not reused")
 }
