@@ -1,0 +1,243 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/internal/jitter"
+	"github.com/writeback/writeback/internal/lease"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/rscript"
+	"github.com/writeback/writeback/mappings"
+)
+
+// The read path: a key read in a session under an S or X lease, read
+// outside one (a plain GET), and its miss, which applies the queue through
+// the last session the entry depends on before loading it.
+
+// readAttempts bounds the tries of a read whose lease is refused by a
+// golden S (a commit in progress): a few short backoffs ride it out;
+// longer conflicts abort.
+const readAttempts = 4
+
+// Read returns the value of a mapped cache key. In a session (id not
+// empty) it first takes an S lease on it (X with forUpdate), which the
+// commit validates, waiting for a conflicting lease under the wound-wait
+// rule (package lease) for at most Config.LeaseWait; a lease not granted
+// within it aborts the session (AbortedError). On a miss it applies the
+// key's queue through the last pending session the key depends on, loads
+// the value through the mapping and installs it under an I lease.
+func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (json.RawMessage, error) {
+	vals, err := s.ReadMany(ctx, id, []string{key}, forUpdate)
+	if err != nil {
+		return nil, err
+	}
+	if vals[0] == nil {
+		return nil, ErrNotFound
+	}
+	return vals[0], nil
+}
+
+// peek serves reads outside a session from the entries that are cached:
+// one round trip of plain GETs, no script. Such a read takes no lease, and
+// an entry changes only inside the commit that changes it (one script), so
+// a cached entry is the latest committed value whatever leases its key
+// has. vals[i] is nil for a miss, which goes through readScript (the I
+// lease of its fill).
+func (s *Service) peek(ctx context.Context, refs []ref) ([]json.RawMessage, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(refs))
+	for i, r := range refs {
+		cmds[i] = pipe.Get(ctx, s.keys.Entry(r.part, r.key))
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	vals := make([]json.RawMessage, len(refs))
+	for i, c := range cmds {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("session: read: %w", err)
+		default:
+			s.m.Reads.WithLabelValues("hit").Inc()
+			vals[i] = json.RawMessage(v)
+		}
+	}
+	return vals, nil
+}
+
+// readCall is one run of readScript for r with the I token tok.
+func (s *Service) readCall(r ref, id, mode string, wp waitPlan, tok string) rscript.Call {
+	lk := s.keys.LeaseKey(r.part, r.key)
+	return rscript.Call{
+		Script: readScript,
+		Keys:   []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, r.key), lk.Wait},
+		Args:   []any{id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, wp.start, wp.deadline},
+	}
+}
+
+// firstRead is a reply of readScript already obtained (ReadMany's shared
+// round trip) and the I token it ran with.
+type firstRead struct {
+	reply []any
+	tok   string
+}
+
+// readLeased runs readScript for r until it answers (waiting for leases,
+// retrying refusals) and computes a miss; first, if not nil, is the reply
+// of its first run.
+func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp waitPlan, first *firstRead) (json.RawMessage, error) {
+	key := r.key
+	lk := s.keys.LeaseKey(r.part, key)
+	w := lease.Waiter{ID: id, Start: wp.start, Deadline: wp.deadline}
+	if mode != "" {
+		w.Mode = lease.Mode(mode[0])
+	}
+	since, waits, refusals := time.Now(), 0, 0
+	for {
+		var woke <-chan struct{}
+		if mode != "" {
+			woke = s.wakes.watch(lk.Lease)
+		}
+		var (
+			v   []any
+			tok string
+			err error
+		)
+		if first != nil {
+			v, tok, first = first.reply, first.tok, nil
+		} else {
+			tok = newToken()
+			c := s.readCall(r, id, mode, wp, tok)
+			v, err = c.Script.Run(ctx, s.rdb, c.Keys, c.Args...).Slice()
+		}
+		if err != nil {
+			if waits > 0 {
+				s.leave(ctx, lk, w)
+			}
+			return nil, fmt.Errorf("session: read: %w", err)
+		}
+		code, _ := v[0].(int64)
+		if code >= 0 && waits > 0 {
+			s.waited(ctx, id, wp, since, lk.Lease)
+		}
+		switch code {
+		case -2: // queued: wait for a release, or poll
+			if waits++; waits == 1 {
+				conflict, _ := v[1].(string)
+				s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
+			}
+			if err := pause(ctx, woke, waits); err != nil {
+				s.endWait(metrics.WaitCancelled, since)
+				s.leave(ctx, lk, w)
+				return nil, err
+			}
+			continue
+		case -1, -3:
+			conflict, _ := v[1].(string)
+			s.base.LeaseConflicts.WithLabelValues(conflict).Inc()
+			if refusals++; code == -1 && refusals < readAttempts {
+				if err := sleep(ctx, lease.Backoff(time.Millisecond, s.cfg.LeaseLifetime/8, refusals)); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			s.m.Reads.WithLabelValues("conflict").Inc()
+			if id != "" {
+				s.abortQuietly(id, metrics.AbortConflict)
+			}
+			ae := &AbortedError{Reason: ReasonConflict, Conflict: lease.Conflict(conflict), Key: key}
+			if code == -3 {
+				s.endWait(metrics.WaitTimeout, since)
+				ae.Waited = time.Since(since)
+			}
+			return nil, ae
+		case 1:
+			s.m.Reads.WithLabelValues("hit").Inc()
+			val, _ := v[1].(string)
+			return json.RawMessage(val), nil
+		default:
+			s.m.Reads.WithLabelValues("miss").Inc()
+			seqText, _ := v[1].(string)
+			mapped, _ := strconv.ParseInt(seqText, 10, 64)
+			filler, _ := v[2].(int64)
+			return s.miss(ctx, r, mapped, filler == 1, tok)
+		}
+	}
+}
+
+// miss computes a missing entry: the queue through the mapped session is
+// applied first, so that the store holds every acknowledged session the
+// value depends on; sessions committed since the miss voided the I lease
+// if they change the key, so a value older than them is never installed.
+func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, tok string) (json.RawMessage, error) {
+	lk := []string{s.keys.Lease(r.part, r.key), s.keys.Entry(r.part, r.key)}
+	giveBack := func() {
+		if filler {
+			_ = fillScript.Run(context.WithoutCancel(ctx), s.rdb, lk, tok, "", 0).Err()
+		}
+	}
+	if mapped > 0 {
+		if s.Applier == nil {
+			giveBack()
+			return nil, fmt.Errorf("session: %s has pending sessions and no applier runs here", r.key)
+		}
+		if err := s.Applier.ApplyThrough(ctx, r.queue, mapped); err != nil {
+			giveBack()
+			return nil, err
+		}
+	}
+	val, err := r.mapping.Load(ctx, r.params)
+	if err != nil {
+		giveBack()
+		return nil, fmt.Errorf("session: loading %q through its mapping: %w", truncate(r.key), err)
+	}
+	if val != nil {
+		val, err = compactJSON(val)
+		if err != nil {
+			giveBack()
+			return nil, fmt.Errorf("session: the mapping of %q returned invalid JSON: %w", truncate(r.key), err)
+		}
+	}
+	if filler {
+		text := ""
+		if val != nil {
+			text = string(val)
+		}
+		if err := fillScript.Run(ctx, s.rdb, lk, tok, text, jitter.TTL(mappings.TTL(r.mapping)).Milliseconds()).Err(); err != nil {
+			return nil, fmt.Errorf("session: fill: %w", err)
+		}
+	}
+	if val == nil {
+		return nil, ErrNotFound
+	}
+	return val, nil
+}
+
+func compactJSON(v json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b.Bytes()), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// record returns the keys a session read and the lease mode of each, and
