@@ -383,31 +383,30 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // nearOptions makes a write to c wait for its near-cache lease holders.
+// It marks the document hot only when sent again after revoking other
+// sidecars' leases (drive): a document written only through this sidecar,
+// or read nowhere else, keeps being leased, and its writes wait for no one.
 func (c *Collection) nearOptions(o *buffer.WriteOptions) {
 	if c.near != nil {
-		o.Near, o.HotWindow = true, c.near.cfg.HotWindow
+		o.Near = true
 	}
 }
 
 // beginWrite drops this sidecar's copy of a document it is about to write
-// and refuses new ones until the returned function is called, which, for a
-// collection without a hot window, leases the written value again.
+// and refuses new ones until the returned function is called, which leases
+// the written value again in the background (the renewer's lease read, a
+// ticket taken after the write) if a copy was held: the document is being
+// read here, and this sidecar's next read of its own write is then a
+// near-cache hit. A document that other sidecars' writes made hot is
+// refused the lease (LeaseHot) and marked hot here too.
 func (c *Collection) beginWrite(id string) func() {
 	if c.near == nil {
 		return func() {}
 	}
-	c.near.cache.BeginWrite(id)
+	held := c.near.cache.BeginWrite(id)
 	return func() {
 		c.near.cache.EndWrite(id)
-		if w := c.near.cfg.HotWindow; w > 0 {
-			// Hot now: reads skip the lease request, which Redis would
-			// refuse, until the window passes.
-			c.near.cache.MarkHot(id, nearcache.Now()+int64(w))
-		} else {
-			// Not hot after the write: take the new value and a lease on
-			// it in the background (the renewer's lease read, a ticket
-			// taken after the write), so that this sidecar's next read of
-			// its own write is a near-cache hit.
+		if held {
 			select {
 			case c.near.renew <- id:
 			default:

@@ -193,8 +193,15 @@ func (s *Service) drive(ctx context.Context, a attempt, first *buffer.WriteResul
 		if first != nil {
 			r, first = *first, nil
 		} else {
+			req := a.request()
+			if !waited.IsZero() {
+				// It had to revoke other sidecars' leases: once it takes
+				// effect the document is hot, so that the writes after it
+				// wait for no holder (nearcache: the adaptive rule).
+				req.Options.HotWindow = a.ref().Coll.near.cfg.HotWindow
+			}
 			var err error
-			if r, err = s.w.writeOne(ctx, a.request()); err != nil {
+			if r, err = s.w.writeOne(ctx, req); err != nil {
 				return buffer.WriteResult{}, err
 			}
 		}

@@ -256,12 +256,14 @@ func (c *Cache) Revoke(key string) {
 
 // BeginWrite drops the key's entry before a local write of it and refuses
 // installs until EndWrite: the write may take away this holder's own
-// lease, and a value read around it may be older than it.
-func (c *Cache) BeginWrite(key string) {
+// lease, and a value read around it may be older than it. It reports
+// whether it dropped a copy (not a hot mark).
+func (c *Cache) BeginWrite(key string) bool {
 	st := c.stripe(key)
 	st.writers.Add(1)
 	st.epoch.Add(1)
-	c.c.Invalidate(key)
+	e, ok := c.c.Invalidate(key)
+	return ok && !e.hot
 }
 
 // EndWrite ends a local write that BeginWrite began.
