@@ -392,27 +392,75 @@ func (c *Collection) nearOptions(o *buffer.WriteOptions) {
 	}
 }
 
+// nearWrite is a local write of a near-cached document in progress
+// (beginWrite … end).
+type nearWrite struct {
+	s      *Service
+	c      *Collection
+	id     string
+	held   bool // a copy was dropped: the document is read here
+	gen    uint64
+	ticket nearcache.Ticket
+	sent   int64 // before any request of the write was sent
+}
+
 // beginWrite drops this sidecar's copy of a document it is about to write
-// and refuses new ones until the returned function is called, which leases
-// the written value again in the background (the renewer's lease read, a
-// ticket taken after the write) if a copy was held: the document is being
-// read here, and this sidecar's next read of its own write is then a
-// near-cache hit. A document that other sidecars' writes made hot is
-// refused the lease (LeaseHot) and marked hot here too.
-func (c *Collection) beginWrite(id string) func() {
+// and refuses new ones until end. If it held a copy, the document is read
+// here: the write asks Redis for a lease on the value it leaves (options),
+// and end installs that value — a sidecar's own write updates its copy in
+// place, with no Redis round trip of its own. It returns nil for a
+// collection without a near cache.
+func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
 	if c.near == nil {
-		return func() {}
+		return nil
 	}
-	held := c.near.cache.BeginWrite(id)
-	return func() {
-		c.near.cache.EndWrite(id)
-		if held {
+	w := &nearWrite{s: s, c: c, id: id, held: c.near.cache.BeginWrite(id)}
+	if w.held {
+		w.ticket, w.gen, w.sent = c.near.cache.Ticket(id), s.near.gen.Add(1), nearcache.Now()
+	}
+	return w
+}
+
+// options asks the write for a lease on the value it leaves, if a copy was
+// held (buffer.WriteOptions.Grant).
+func (w *nearWrite) options(o *buffer.WriteOptions) {
+	if w != nil && w.held {
+		o.Grant, o.LeaseTTL = w.gen, w.c.near.cfg.LeaseTTL
+	}
+}
+
+// end ends the write. entry is the value it left, on which it was granted
+// the lease (buffer.WriteResult.Entry), or nil: then a held copy is leased
+// again in the background (the renewer's lease read, a ticket taken after
+// the write) — a document that other sidecars' writes made hot is refused
+// the lease (LeaseHot) and marked hot here too. failed says the write's
+// outcome is unknown: a lease it may have been granted goes back.
+func (w *nearWrite) end(entry map[string]string, failed bool) {
+	if w == nil {
+		return
+	}
+	n := w.c.near
+	if entry == nil {
+		n.cache.EndWrite(w.id)
+		if w.held && failed {
+			w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
+		} else if w.held {
 			select {
-			case c.near.renew <- id:
+			case n.renew <- w.id:
 			default:
 			}
 		}
+		return
 	}
+	e := nearcache.NewEntry(entry, w.gen, w.sent+int64(n.cfg.LeaseTTL-LeaseMargin))
+	if !n.cache.EndWriteInstall(w.ticket, e) {
+		// A revocation or another local write came in between: no copy,
+		// and the lease goes back.
+		n.refuse.Inc()
+		w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
+		return
+	}
+	n.leases[buffer.LeaseGranted].Inc()
 }
 
 // View is a document read: its value and, when it came from the near

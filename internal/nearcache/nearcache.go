@@ -240,11 +240,16 @@ func (c *Cache) Install(t Ticket, e *Entry) bool {
 		return e, otter.WriteOp
 	})
 	if ok {
-		c.mu.Lock()
-		c.queue = append(c.queue, installed{t.key, e})
-		c.mu.Unlock()
+		c.queued(t.key, e)
 	}
 	return ok
+}
+
+// queued hands an installed copy to Due.
+func (c *Cache) queued(key string, e *Entry) {
+	c.mu.Lock()
+	c.queue = append(c.queue, installed{key, e})
+	c.mu.Unlock()
 }
 
 // Revoke drops the key's entry and refuses the installs of every lease
@@ -264,6 +269,31 @@ func (c *Cache) BeginWrite(key string) bool {
 	st.epoch.Add(1)
 	e, ok := c.c.Invalidate(key)
 	return ok && !e.hot
+}
+
+// EndWriteInstall ends a local write, as EndWrite, and installs e — the
+// entry the write left, read under a lease the write itself was granted —
+// if t (taken right after BeginWrite) is still good and no other local
+// write of the key (or of a key sharing its stripe) is in progress: no
+// revocation and no other local write came since, so e is the latest
+// value. It reports whether it installed e.
+func (c *Cache) EndWriteInstall(t Ticket, e *Entry) bool {
+	st := c.stripe(t.key)
+	ok := false
+	c.c.Compute(t.key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
+		// Under the key's lock, as Install's check; this write is the one
+		// writer counted.
+		if st.epoch.Load() != t.epoch || st.writers.Load() != 1 {
+			return old, otter.CancelOp
+		}
+		ok = true
+		return e, otter.WriteOp
+	})
+	c.EndWrite(t.key)
+	if ok {
+		c.queued(t.key, e)
+	}
+	return ok
 }
 
 // EndWrite ends a local write that BeginWrite began.
