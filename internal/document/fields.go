@@ -100,6 +100,7 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done0 func(i
 			st.nw = nws[i]
 			st.nw.options(&st.o)
 		}
+		states[i] = st
 		if st.c.Policy == WriteBack && st.pol != WriteBack {
 			// Writing through, it goes to the store first (applyFirst),
 			// not to Redis with the others.
@@ -109,7 +110,6 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done0 func(i
 			}()
 			continue
 		}
-		states[i] = st
 		reqs = append(reqs, st.request())
 		idx = append(idx, i)
 	}
