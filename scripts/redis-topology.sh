@@ -119,10 +119,18 @@ cluster_up() {
 	for port in "${cluster_ports[@]}"; do nodes+=("$host:$port"); done
 	redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$dir/cluster-create.log" 2>&1 ||
 		die "creating the cluster failed; see $dir/cluster-create.log"
-	for _ in $(seq 1 100); do
-		redis-cli -h "$host" -p 7000 cluster info | grep -q 'cluster_state:ok' && break
+	# Every node must see the cluster whole: each converges on its own, and
+	# a node that has not yet answers CLUSTERDOWN (7000 alone is not enough).
+	local port ok
+	for _ in $(seq 1 300); do
+		ok=1
+		for port in "${cluster_ports[@]}"; do
+			redis-cli -h "$host" -p "$port" cluster info | grep -q 'cluster_state:ok' || { ok=0; break; }
+		done
+		[ "$ok" = 1 ] && break
 		sleep 0.1
 	done
+	[ "$ok" = 1 ] || die "the cluster did not reach cluster_state:ok on every node within 30 s"
 	say "cluster: up on $host:7000-7005 (3 primaries, 3 replicas)"
 }
 
