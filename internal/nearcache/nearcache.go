@@ -233,5 +233,22 @@ func (c *Cache) Bytes() uint64 { return c.c.WeightedSize() }
 // Len is the number of entries held.
 func (c *Cache) Len() int { return c.c.EstimatedSize() }
 
+// Drain drops every entry and refuses the installs of every lease request
+// sent before, as a Revoke of every key would; it calls held for each copy
+// it dropped that was still servable, whose lease the holder may then give
+// back. The holder's step before it leaves the protocol.
+func (c *Cache) Drain(held func(key string, e *Entry)) {
+	for i := range c.stripes {
+		c.stripes[i].epoch.Add(1)
+	}
+	now := Now()
+	for k, e := range c.c.All() {
+		c.c.Invalidate(k)
+		if !e.hot && now < e.deadline && held != nil {
+			held(k, e)
+		}
+	}
+}
+
 // Close stops the cache's goroutines.
 func (c *Cache) Close() { c.c.StopAllGoroutines() }

@@ -1,0 +1,113 @@
+package document
+
+// The JSON form of a document, shared by the HTTP API and the embedded
+// mode (pkg/writeback): the same bytes and the same ETag for the same
+// document, whichever member of the protocol serves it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/nearcache"
+)
+
+// EncodeJSON writes a document's fields in the table's column order; a
+// document collection's with the key first and the other fields in name
+// order (a stable order, so that ETags are).
+func EncodeJSON(s *change.Schema, d change.Doc) []byte {
+	names := make([]string, 0, len(d))
+	if s.Dynamic() {
+		for name := range d {
+			if name != s.Key {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		names = append([]string{s.Key}, names...)
+	} else {
+		for _, c := range s.Columns {
+			names = append(names, c.Name)
+		}
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	first := true
+	for _, name := range names {
+		v, ok := d[name]
+		if !ok {
+			continue
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		k, _ := json.Marshal(name)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// ETag is the entity tag of a document's JSON body, quoted.
+func ETag(body []byte) string {
+	h := fnv.New64a()
+	h.Write(body)
+	return `"` + strconv.FormatUint(h.Sum64(), 16) + `"`
+}
+
+// GetJSON reads a document as Get does and returns its JSON body and ETag.
+// A near-cache hit encodes nothing: both are the entry's, computed once, so
+// the body is shared: do not modify it.
+func (s *Service) GetJSON(ctx context.Context, coll, id string) (body []byte, etag string, err error) {
+	r, err := s.Ref(coll, id)
+	if err != nil {
+		return nil, "", err
+	}
+	v, err := s.view(ctx, r.Coll, r.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	sch := r.Coll.Table.Schema
+	body = v.Memo(nearcache.MemoJSON, func() []byte { return EncodeJSON(sch, v.Doc()) })
+	etag = string(v.Memo(nearcache.MemoETag, func() []byte { return []byte(ETag(body)) }))
+	return body, etag, nil
+}
+
+// GetManyJSON reads refs as GetMany does and returns their JSON bodies in
+// order, "null" for a missing document; any other failure fails the whole
+// read.
+func (s *Service) GetManyJSON(ctx context.Context, refs []Ref) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	wg.Add(len(refs))
+	s.GetMany(ctx, refs, func(i int, doc Hash, err error) {
+		defer wg.Done()
+		switch {
+		case errors.Is(err, ErrNotFound):
+			out[i] = json.RawMessage("null")
+		case err != nil:
+			errs[i] = err
+		default:
+			d := make(change.Doc, len(doc))
+			for f, v := range doc {
+				d[f] = []byte(v)
+			}
+			out[i] = EncodeJSON(refs[i].Coll.Table.Schema, d)
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
