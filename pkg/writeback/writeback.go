@@ -116,7 +116,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	reg := o.Registry
-	if reg == nil {
+	if r, ok := reg.(*prometheus.Registry); reg == nil || ok && r == nil {
 		reg = prometheus.NewRegistry()
 	}
 	core, err := server.NewCore(ctx, cfg, reg, log.With("member", cfg.Writeback.InstanceID))
