@@ -11,18 +11,21 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/writeback/writeback/pkg/client"
+	"github.com/writeback/writeback/pkg/writeback"
 )
 
-// sidecarConn runs the actions through a sidecar's HTTP API: a member is a
-// document (GET), an update a PATCH with $push and $pull on its friends and
-// pending arrays (MongoDB fields, or PostgreSQL jsonb columns).
+// sidecarConn runs the actions through a sidecar's HTTP API, or the same
+// calls of an embedded member: a member is a document (GET), an update a
+// PATCH with $push and $pull on its friends and pending arrays (MongoDB
+// fields, or PostgreSQL jsonb columns).
 type sidecarConn struct {
-	c    *client.Client
+	c    writeback.Documents
 	coll string
 }
 
-// NewSidecarConn returns a Conn of collection coll of the sidecar c serves.
-func NewSidecarConn(c *client.Client, coll string) Conn { return &sidecarConn{c: c, coll: coll} }
+// NewSidecarConn returns a Conn of collection coll that c (a sidecar's
+// HTTP client, or an embedded member) serves.
+func NewSidecarConn(c writeback.Documents, coll string) Conn { return &sidecarConn{c: c, coll: coll} }
 
 func (c *sidecarConn) get(ctx context.Context, m int32) (*memberDoc, error) {
 	id := ID(m)

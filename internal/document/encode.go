@@ -78,7 +78,7 @@ func (s *Service) GetJSON(ctx context.Context, coll, id string) (body []byte, et
 	}
 	sch := r.Coll.Table.Schema
 	body = v.Memo(nearcache.MemoJSON, func() []byte { return EncodeJSON(sch, v.Doc()) })
-	etag = string(v.Memo(nearcache.MemoETag, func() []byte { return []byte(ETag(body)) }))
+	etag = v.Tag(func() string { return ETag(body) })
 	return body, etag, nil
 }
 

@@ -440,6 +440,15 @@ func (v View) Memo(k int, build func() []byte) []byte {
 	return v.e.Memo(k, build)
 }
 
+// Tag returns build's ETag, computed once per near-cache entry and on
+// every call otherwise.
+func (v View) Tag(build func() string) string {
+	if v.e == nil {
+		return build()
+	}
+	return v.e.Tag(build)
+}
+
 func docOf(h map[string]string) change.Doc {
 	d := make(change.Doc, len(h))
 	for f, v := range h {

@@ -29,8 +29,7 @@ import (
 
 // Memo slots of an Entry: reply bytes computed once per entry.
 const (
-	MemoJSON  = iota // the HTTP body
-	MemoETag         // its ETag
+	MemoJSON  = iota // the HTTP body (its ETag: Entry.Tag)
 	MemoRESP2        // HGETALL's reply, RESP2
 	MemoRESP3        // HGETALL's reply, RESP3
 	numMemos
@@ -46,6 +45,7 @@ type Entry struct {
 	renewing atomic.Bool // a renewal was asked for (Cache.Renew)
 	hot      bool        // a hot mark (MarkHot), not a copy: no Hash, no lease
 	memo     [numMemos]atomic.Pointer[[]byte]
+	tag      atomic.Pointer[string] // MemoJSON's ETag
 }
 
 // NewEntry returns an entry for h, servable until deadline (Now's clock).
@@ -66,6 +66,17 @@ func (e *Entry) Memo(k int, build func() []byte) []byte {
 	b := build()
 	e.memo[k].CompareAndSwap(nil, &b)
 	return *e.memo[k].Load()
+}
+
+// Tag returns the ETag of MemoJSON's body, built on first use, as Memo
+// does: a string, so that a hit converts nothing.
+func (e *Entry) Tag(build func() string) string {
+	if p := e.tag.Load(); p != nil {
+		return *p
+	}
+	t := build()
+	e.tag.CompareAndSwap(nil, &t)
+	return *e.tag.Load()
 }
 
 // Ticket is taken before a lease request is sent; Install honours it only
