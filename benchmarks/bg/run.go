@@ -131,7 +131,7 @@ func Run(ctx context.Context, st Store, cfg Config) (res *Result, err error) {
 			}
 		}()
 		if sc.Embedded != nil {
-			conn = NewSidecarConn(sc.Embedded, st.Collection())
+			conn = NewEmbeddedConn(sc.Embedded, st.Collection())
 		} else {
 			conn = NewSidecarConn(sc.Client, st.Collection())
 		}

@@ -84,25 +84,35 @@ func (s *Service) GetJSON(ctx context.Context, coll, id string) (body []byte, et
 
 // GetManyJSON reads refs as GetMany does and returns their JSON bodies in
 // order, "null" for a missing document; any other failure fails the whole
-// read.
+// read. A near-cache hit's body is the entry's, encoded once, so the bodies
+// may be shared: do not modify them.
 func (s *Service) GetManyJSON(ctx context.Context, refs []Ref) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, len(refs))
-	errs := make([]error, len(refs))
+	var rest []Ref
+	var at []int // rest[k] is refs[at[k]]
+	for i, r := range refs {
+		if e, ok := s.Cached(r); ok {
+			sch := r.Coll.Table.Schema
+			out[i] = e.Memo(nearcache.MemoJSON, func() []byte { return EncodeJSON(sch, docOf(e.Hash)) })
+			continue
+		}
+		rest, at = append(rest, r), append(at, i)
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	errs := make([]error, len(rest))
 	var wg sync.WaitGroup
-	wg.Add(len(refs))
-	s.GetMany(ctx, refs, func(i int, doc Hash, err error) {
+	wg.Add(len(rest))
+	s.GetMany(ctx, rest, func(k int, doc Hash, err error) {
 		defer wg.Done()
 		switch {
 		case errors.Is(err, ErrNotFound):
-			out[i] = json.RawMessage("null")
+			out[at[k]] = json.RawMessage("null")
 		case err != nil:
-			errs[i] = err
+			errs[k] = err
 		default:
-			d := make(change.Doc, len(doc))
-			for f, v := range doc {
-				d[f] = []byte(v)
-			}
-			out[i] = EncodeJSON(refs[i].Coll.Table.Schema, d)
+			out[at[k]] = EncodeJSON(rest[k].Coll.Table.Schema, docOf(doc))
 		}
 	})
 	wg.Wait()

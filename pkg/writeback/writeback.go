@@ -249,6 +249,8 @@ func (db *DB) GetMany(ctx context.Context, coll string, ids []string) ([]json.Ra
 	for i, d := range docs {
 		if string(d) == "null" {
 			docs[i] = nil
+		} else {
+			docs[i] = slices.Clone(d) // a near-cache hit's is the entry's
 		}
 	}
 	return docs, nil
