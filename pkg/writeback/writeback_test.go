@@ -353,8 +353,12 @@ func TestEmbeddedClose(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("a write after Close waited %s (lease %s): the lease was not given back", d, lease)
 	}
-	// The appliers gave their partitions back: the sidecar applies.
+	// The appliers gave their partitions back: the sidecar applies at
+	// once, not after the embedded member's ownership (3s) expires.
 	eventually(t, "the sidecar applies after the embedded member closed", func() bool { return f.pgRow(t, 1).S == "after" })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the sidecar applied %s after the write: the embedded appliers kept their partitions (ownerLease 3s)", d)
+	}
 }
 
 // Bad settings are refused at Open, one sentence each.
