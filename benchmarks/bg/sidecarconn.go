@@ -50,12 +50,34 @@ func (c *sidecarConn) get(ctx context.Context, m int32) (*memberDoc, error) {
 	return &d, d.checkProfile(id)
 }
 
-func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
-	d, err := c.get(ctx, m)
+// getProfile reads and checks a member's profile.
+func (c *sidecarConn) getProfile(ctx context.Context, m int32) error {
+	id := ID(m)
+	raw, _, err := c.c.Get(ctx, c.coll, id)
 	if err != nil {
+		return fmt.Errorf("bg: reading %s: %w", id, err)
+	}
+	var d profileDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	return d.checkProfile(id)
+}
+
+func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
+	id := ID(m)
+	raw, _, err := c.c.Get(ctx, c.coll, id)
+	if err != nil {
+		return 0, 0, fmt.Errorf("bg: reading %s: %w", id, err)
+	}
+	var d countedDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return 0, 0, fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	if err := d.checkProfile(id); err != nil {
 		return 0, 0, err
 	}
-	return len(d.Friends), len(d.Pending), nil
+	return int(d.Friends), int(d.Pending), nil
 }
 
 // List reads the member, then the profiles it shows: concurrently over
@@ -76,10 +98,7 @@ func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, x := range shown {
-		g.Go(func() error {
-			_, err := c.get(gctx, x)
-			return err
-		})
+		g.Go(func() error { return c.getProfile(gctx, x) })
 	}
 	if err := g.Wait(); err != nil {
 		return 0, nil, err
@@ -104,7 +123,7 @@ func (c *sidecarConn) getMany(ctx context.Context, ms []int32) error {
 		if raw == nil {
 			return fmt.Errorf("bg: the profile %s does not exist", ids[i])
 		}
-		var d memberDoc
+		var d profileDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return fmt.Errorf("bg: decoding %s: %w", ids[i], err)
 		}
