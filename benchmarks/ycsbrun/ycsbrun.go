@@ -103,6 +103,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func execute(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	started := time.Now()
 	failed := false
+	if o.cpuprofile != "" {
+		stop, err := bench.StartCPUProfile(o.cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "ycsb:", err)
+			return 1
+		}
+		defer stop()
+	}
 	for _, store := range o.stores {
 		rep, err := runStore(ctx, o, store, stderr)
 		if rep != nil {
