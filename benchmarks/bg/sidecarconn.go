@@ -21,7 +21,8 @@ import (
 type sidecarConn struct {
 	c    writeback.Documents
 	coll string
-	many bool // List reads the profiles with one GetMany
+	many bool          // List reads the profiles with one GetMany
+	proj *writeback.DB // embedded: reads project the fields an action shows
 }
 
 // NewSidecarConn returns a Conn of collection coll that c (a sidecar's
@@ -33,9 +34,18 @@ func NewSidecarConn(c writeback.Documents, coll string) Conn { return &sidecarCo
 // database policies read them with one query: an application in the
 // member's process would, the hits costing no round trip and the misses
 // one between them.
-func NewEmbeddedConn(db writeback.Documents, coll string) Conn {
-	return &sidecarConn{c: db, coll: coll, many: true}
+//
+// Its reads project the fields an action shows (DB.GetFields): a profile
+// and its lists, a member's list, the profiles of a list — as the database
+// policies select only those columns — so that the application decodes no
+// more of a document than it needs.
+func NewEmbeddedConn(db *writeback.DB, coll string) Conn {
+	return &sidecarConn{c: db, coll: coll, many: true, proj: db}
 }
+
+// countedFields are what viewing a profile reads: the profile and the
+// lists it counts.
+var countedFields = append(append([]string{}, ProfileFields...), Friends.String(), Pending.String())
 
 func (c *sidecarConn) get(ctx context.Context, m int32) (*memberDoc, error) {
 	id := ID(m)
@@ -66,7 +76,13 @@ func (c *sidecarConn) getProfile(ctx context.Context, m int32) error {
 
 func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
 	id := ID(m)
-	raw, _, err := c.c.Get(ctx, c.coll, id)
+	var raw json.RawMessage
+	var err error
+	if c.proj != nil {
+		raw, err = c.proj.GetFields(ctx, c.coll, id, countedFields...)
+	} else {
+		raw, _, err = c.c.Get(ctx, c.coll, id)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("bg: reading %s: %w", id, err)
 	}
@@ -84,7 +100,13 @@ func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
 // HTTP, as ten reads one after the other would cost ten round trips; with
 // one GetMany embedded (NewEmbeddedConn).
 func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []int32, error) {
-	d, err := c.get(ctx, m)
+	var d *memberDoc
+	var err error
+	if c.proj != nil {
+		d, err = c.getList(ctx, m, l)
+	} else {
+		d, err = c.get(ctx, m)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -106,6 +128,20 @@ func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []
 	return len(list), shown, nil
 }
 
+// getList reads a member's list l alone (a projection).
+func (c *sidecarConn) getList(ctx context.Context, m int32, l List) (*memberDoc, error) {
+	id := ID(m)
+	raw, err := c.proj.GetFields(ctx, c.coll, id, l.String())
+	if err != nil {
+		return nil, fmt.Errorf("bg: reading %s: %w", id, err)
+	}
+	var d memberDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	return &d, nil
+}
+
 // getMany reads and checks the profiles of ms in one call.
 func (c *sidecarConn) getMany(ctx context.Context, ms []int32) error {
 	if len(ms) == 0 {
@@ -115,7 +151,13 @@ func (c *sidecarConn) getMany(ctx context.Context, ms []int32) error {
 	for i, m := range ms {
 		ids[i] = ID(m)
 	}
-	docs, err := c.c.GetMany(ctx, c.coll, ids)
+	var docs []json.RawMessage
+	var err error
+	if c.proj != nil {
+		docs, err = c.proj.GetManyFields(ctx, c.coll, ids, ProfileFields...)
+	} else {
+		docs, err = c.c.GetMany(ctx, c.coll, ids)
+	}
 	if err != nil {
 		return fmt.Errorf("bg: reading %d profiles: %w", len(ids), err)
 	}

@@ -129,6 +129,15 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 			if batch > 0 {
 				c.Writeback.BatchSize = batch
 			}
+			for name, coll := range c.Collections {
+				if o.nearHot >= 0 {
+					coll.NearCache.HotWindow = config.Duration{Duration: o.nearHot}
+				}
+				if o.nearLease > 0 {
+					coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
+				}
+				c.Collections[name] = coll
+			}
 		}
 		t := time.Now()
 		res, err := bg.Run(ctx, st, cfg)

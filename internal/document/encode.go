@@ -121,3 +121,109 @@ func (s *Service) GetManyJSON(ctx context.Context, refs []Ref) ([]json.RawMessag
 	}
 	return out, nil
 }
+
+// EncodeFields writes the named fields of a document that has them as a
+// JSON object, in the order named: a projection. get returns a field's
+// JSON text and whether the document has it.
+func EncodeFields(fields []string, get func(f string) (string, bool)) []byte {
+	n := 2
+	for _, f := range fields {
+		if v, ok := get(f); ok {
+			n += len(f) + len(v) + 4
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	first := true
+	for _, f := range fields {
+		v, ok := get(f)
+		if !ok {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendName(b, f)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return append(b, '}')
+}
+
+// appendName appends a field name as a JSON string, as json.Marshal writes
+// it.
+func appendName(b []byte, name string) []byte {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			k, _ := json.Marshal(name)
+			return append(b, k...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, '"')
+}
+
+// GetFields reads a document as Get does and returns only the named
+// fields, as a JSON object (EncodeFields): a near-cache hit encodes them
+// from the entry without the rest of the document.
+func (s *Service) GetFields(ctx context.Context, coll, id string, fields []string) ([]byte, error) {
+	r, err := s.Ref(coll, id)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.view(ctx, r.Coll, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if v.e != nil {
+		return EncodeFields(fields, hashGetter(v.e.Hash)), nil
+	}
+	return EncodeFields(fields, docGetter(v.doc)), nil
+}
+
+// GetManyFields reads refs as GetManyJSON does and returns only the named
+// fields of each document, "null" for a missing one.
+func (s *Service) GetManyFields(ctx context.Context, refs []Ref, fields []string) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(refs))
+	var rest []Ref
+	var at []int // rest[k] is refs[at[k]]
+	for i, r := range refs {
+		if e, ok := s.Cached(r); ok {
+			out[i] = EncodeFields(fields, hashGetter(e.Hash))
+			continue
+		}
+		rest, at = append(rest, r), append(at, i)
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	errs := make([]error, len(rest))
+	var wg sync.WaitGroup
+	wg.Add(len(rest))
+	s.GetMany(ctx, rest, func(k int, doc Hash, err error) {
+		defer wg.Done()
+		switch {
+		case errors.Is(err, ErrNotFound):
+			out[at[k]] = json.RawMessage("null")
+		case err != nil:
+			errs[k] = err
+		default:
+			out[at[k]] = EncodeFields(fields, hashGetter(doc))
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func hashGetter(h map[string]string) func(string) (string, bool) {
+	return func(f string) (string, bool) { v, ok := h[f]; return v, ok }
+}
+
+func docGetter(d change.Doc) func(string) (string, bool) {
+	return func(f string) (string, bool) { v, ok := d[f]; return string(v), ok }
+}

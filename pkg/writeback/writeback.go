@@ -228,6 +228,37 @@ func (db *DB) GetIfNoneMatch(ctx context.Context, coll, id, etag string) (doc js
 // one round trip (those not in the near cache): docs[i] is ids[i]'s
 // document, nil when it does not exist.
 func (db *DB) GetMany(ctx context.Context, coll string, ids []string) ([]json.RawMessage, error) {
+	return db.many(ctx, coll, ids, db.svc.GetManyJSON)
+}
+
+// GetFields reads a document as Get does but returns only the named fields,
+// as a JSON object in the order named (those the document has): a
+// projection, which a near-cache hit encodes from the copy without the rest
+// of the document, so that the caller decodes only what it needs. It is
+// the embedded mode's own: the HTTP API has no projection.
+func (db *DB) GetFields(ctx context.Context, coll, id string, fields ...string) (json.RawMessage, error) {
+	if !db.enter() {
+		return nil, ErrClosed
+	}
+	defer db.mu.RUnlock()
+	b, err := db.svc.GetFields(ctx, coll, id, fields)
+	if err != nil {
+		return nil, db.fail(err)
+	}
+	return b, nil
+}
+
+// GetManyFields is GetMany with GetFields's projection: docs[i] holds the
+// named fields of ids[i]'s document, nil when it does not exist.
+func (db *DB) GetManyFields(ctx context.Context, coll string, ids []string, fields ...string) ([]json.RawMessage, error) {
+	return db.many(ctx, coll, ids, func(ctx context.Context, refs []document.Ref) ([]json.RawMessage, error) {
+		return db.svc.GetManyFields(ctx, refs, fields)
+	})
+}
+
+// many resolves ids and reads them with read; "null" becomes nil, and a
+// body shared with the near cache is copied.
+func (db *DB) many(ctx context.Context, coll string, ids []string, read func(context.Context, []document.Ref) ([]json.RawMessage, error)) ([]json.RawMessage, error) {
 	if !db.enter() {
 		return nil, ErrClosed
 	}
@@ -242,7 +273,7 @@ func (db *DB) GetMany(ctx context.Context, coll string, ids []string) ([]json.Ra
 			return nil, db.fail(err)
 		}
 	}
-	docs, err := db.svc.GetManyJSON(ctx, refs)
+	docs, err := read(ctx, refs)
 	if err != nil {
 		return nil, db.fail(err)
 	}
@@ -250,7 +281,7 @@ func (db *DB) GetMany(ctx context.Context, coll string, ids []string) ([]json.Ra
 		if string(d) == "null" {
 			docs[i] = nil
 		} else {
-			docs[i] = slices.Clone(d) // a near-cache hit's is the entry's
+			docs[i] = slices.Clone(d) // a near-cache hit's may be the entry's
 		}
 	}
 	return docs, nil

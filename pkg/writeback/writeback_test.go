@@ -229,6 +229,23 @@ func TestEmbeddedAndSidecarReadEachOthersWrites(t *testing.T) {
 	if _, _, nm, err := db.GetIfNoneMatch(ctx, f.table, "1", et); err != nil || !nm {
 		t.Fatalf("GetIfNoneMatch with the current ETag: notModified %v, %v", nm, err)
 	}
+	// Projections, from the near cache and after the other member's write.
+	if p, err := db.GetFields(ctx, f.table, "1", "s", "missing", "id"); err != nil || !strings.HasPrefix(string(p), `{"s":`) || strings.Contains(string(p), `"n"`) {
+		t.Fatalf("GetFields: %s, %v", p, err)
+	}
+	if _, err := hc.Patch(ctx, f.table, "1", map[string]any{"$set": map[string]any{"s": "projected"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := db.GetFields(ctx, f.table, "1", "s"); err != nil || string(p) != `{"s":"projected"}` {
+		t.Fatalf("GetFields after a sidecar write: %s, %v", p, err)
+	}
+	if ps, err := db.GetManyFields(ctx, f.table, []string{"1", "2"}, "n", "s"); err != nil || len(ps) != 2 || ps[1] != nil || !strings.HasSuffix(string(ps[0]), `,"s":"projected"}`) {
+		t.Fatalf("GetManyFields: %s, %v", ps, err)
+	}
+	if _, err := db.GetFields(ctx, f.table, "2", "s"); !client.IsNotFound(err) {
+		t.Fatalf("GetFields of a deleted document: %v, want not_found", err)
+	}
+	hb, _, _ = hc.Get(ctx, f.table, "1")
 	scan, err := db.Scan(ctx, f.table, "", 0)
 	if err != nil || len(scan) != 1 || string(scan[0]) != string(hb) {
 		t.Fatalf("embedded Scan: %s, %v", scan, err)
