@@ -57,17 +57,9 @@ func nearSetup(b *testing.B, lease time.Duration) *sidecar.Sidecar {
 		world.mu.Lock()
 		world.sidecars["near-"+lease.String()] = sc // closed by TestMain
 		world.mu.Unlock()
-		c := respClient(sc.RespAddr())
-		defer c.Close()
 		for range 2 {
-			for lo := int64(0); lo < spec.Records; lo += 500 {
-				pipe := c.Pipeline()
-				for rec := lo; rec < min(lo+500, spec.Records); rec++ {
-					pipe.HGetAll(ctx, spec.Table+"/"+ycsb.Key(rec))
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					return nil, fmt.Errorf("warming the near cache: %w", err)
-				}
+			if err := nearWarm(ctx, sc); err != nil {
+				return nil, err
 			}
 		}
 		return sc, nil
@@ -82,11 +74,27 @@ func nearSetup(b *testing.B, lease time.Duration) *sidecar.Sidecar {
 	return sc
 }
 
+// nearWarm reads every document through sc's front door, in pipelines.
+func nearWarm(ctx context.Context, sc *sidecar.Sidecar) error {
+	c := respClient(sc.RespAddr())
+	defer c.Close()
+	for lo := int64(0); lo < spec.Records; lo += 500 {
+		pipe := c.Pipeline()
+		for rec := lo; rec < min(lo+500, spec.Records); rec++ {
+			pipe.HGetAll(ctx, spec.Table+"/"+ycsb.Key(rec))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("warming the near cache: %w", err)
+		}
+	}
+	return nil
+}
+
 // BenchmarkNearHitSideBySide measures, in rounds of one second each, raw
 // Redis's HGETALL (redis), the front door's with the near cache (near:
 // lease 30 s, every read a near-cache hit; near-2s: the default lease,
-// where a document is leased again from Redis once per lease) and without
-// it (resp), and reports the medians of the throughputs and of the
+// where a document is leased again from Redis once per lease, in the
+// background, while it is being read) and without it (resp), and reports the medians of the throughputs and of the
 // per-round ratios to raw Redis (the target: near ≥ 0.8× raw Redis). b.N is
 // ignored.
 func BenchmarkNearHitSideBySide(b *testing.B) { nearSideBySide(b, false) }
@@ -139,6 +147,15 @@ func nearSideBySide(b *testing.B, one bool) {
 	for range rounds {
 		round := map[string]float64{}
 		for _, v := range []respVariant{redisV, near30, near2, respV} {
+			if v.name == "near-2s" {
+				// The other variants' windows are longer than its lease:
+				// its copies lapsed meanwhile, as those of documents
+				// nobody reads should. Read every document once first,
+				// as a workload that never paused would have.
+				if err := nearWarm(context.Background(), short); err != nil {
+					b.Fatal(err)
+				}
+			}
 			round[v.name] = measure(b, v, window)
 			runs[v.name] = append(runs[v.name], round[v.name])
 		}

@@ -142,3 +142,47 @@ func TestNearHolderKilled(t *testing.T) {
 		t.Fatalf("writer read %q, want new", got)
 	}
 }
+
+// TestNearHotOnlyAfterRevoking: the adaptive rule. A write that had to
+// revoke another sidecar's lease marks the document hot: for the hot
+// window nobody is granted a lease on it, so the writes after it wait for
+// no holder. A write that revoked nothing (the writer's own copy is no
+// holder) leaves no mark: the document stays leased, and the writer's own
+// copy is taken again in the background.
+func TestNearHotOnlyAfterRevoking(t *testing.T) {
+	_, holder, writer, coll, _ := nearPair(t)
+	hot := `writeback_nearcache_leases_total{collection="` + coll + `",outcome="hot"}`
+	hits := `writeback_nearcache_hits_total{collection="` + coll + `"}`
+	nearWrite(t, writer, coll, "revoking")
+	if got := nearRead(t, holder, coll); got != "revoking" {
+		t.Fatalf("holder read %q, want revoking", got)
+	}
+	if n := metricValue(t, holder.addr, hot); n < 1 {
+		t.Fatalf("%s = %v after a write that revoked the holder's lease: the document was not marked hot", hot, n)
+	}
+
+	// Past the hot window (the default, 2 s): the holder leases it again.
+	time.Sleep(2*time.Second + 200*time.Millisecond)
+	for range 2 {
+		nearRead(t, holder, coll)
+	}
+	hot0, hits0 := metricValue(t, holder.addr, hot), metricValue(t, holder.addr, hits)
+	// The holder writes it itself: nobody else holds a lease.
+	nearWrite(t, holder, coll, "own")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if got := nearRead(t, holder, coll); got != "own" {
+			t.Fatalf("holder read %q after its own write, want own", got)
+		}
+		if metricValue(t, holder.addr, hits) > hits0 {
+			break // a near-cache hit of its own write: leased again, not hot
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stayed %v for 5 s after the holder's own write: its copy was not leased again", hits, hits0)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := metricValue(t, holder.addr, hot); n != hot0 {
+		t.Fatalf("%s went from %v to %v: a write that revoked nothing marked the document hot", hot, hot0, n)
+	}
+}

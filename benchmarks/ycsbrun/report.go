@@ -234,24 +234,27 @@ func (rep *report) print(w io.Writer) {
 		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %s; %gs measured per run (latencies in ms; cache cold: no warm-up)\n",
 			store, rep.Settings.Records, rep.Settings.Fields, rep.Settings.FieldSize,
 			map[bool]string{true: "updates set every field", false: "updates set one field"}[rep.Settings.UpdateAll], rep.Settings.DurationS)
-		t := bench.Table{Header: []string{"store +ms", "threads", "keys", "workload", "policy", "cache", "ops/s", "read p50", "read p99", "update p50", "update p99", "scan p50", "scan p99", "pending", "pinned", "applied", "hits", "verify"}}
+		t := bench.Table{Header: []string{"store +ms", "threads", "keys", "workload", "policy", "cache", "ops/s", "read p50", "read p99", "update p50", "update p99", "scan p50", "scan p99", "pending", "pinned", "applied", "hits", "L1 hits", "verify"}}
 		var skipped []string
 		for _, r := range rep.Runs {
 			if r.Skipped != "" {
-				t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, "n/a", "", "", "", "", "", "", "", "", "", "", "skipped")
+				t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, "n/a", "", "", "", "", "", "", "", "", "", "", "", "skipped")
 				skipped = append(skipped, fmt.Sprintf("%s on %s: %s", r.Policy, r.Workload, r.Skipped))
 				continue
 			}
-			pending, pinned, applied, hits := "-", "-", "-", "-"
+			pending, pinned, applied, hits, near := "-", "-", "-", "-", "-"
 			if r.Sidecar {
 				pending, pinned = fmt.Sprint(r.PendingChanges), kib(float64(r.PinnedBytes))
 				if r.AppliedChanges+float64(r.PendingChanges) > 0 {
 					applied = fmt.Sprintf("%.1f%%", r.AppliedPercent)
 				}
 				hits = fmt.Sprintf("%.1f%%", r.CacheHitPercent)
+				if r.NearHitPercent > 0 {
+					near = fmt.Sprintf("%.1f%%", r.NearHitPercent)
+				}
 			}
 			t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, fmt.Sprintf("%.0f", r.Throughput), ms(r.Read), p99(r.Read), ms(r.Update), p99(r.Update),
-				ms(r.Scan), p99(r.Scan), pending, pinned, applied, hits, verdict(r))
+				ms(r.Scan), p99(r.Scan), pending, pinned, applied, hits, near, verdict(r))
 		}
 		_ = t.Write(w)
 		for _, s := range skipped {

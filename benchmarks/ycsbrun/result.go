@@ -48,7 +48,8 @@ type Run struct {
 	// Sidecar runs: the buffer when the measured window closed (before the
 	// flush), the changes applied by then (writeback_applied_changes_total
 	// since the sidecar started), applied / (applied + pending) in percent,
-	// the cache hit ratio of the measured window, and the flush.
+	// the cache hit ratios of the measured window (Redis's and the near
+	// cache's), and the flush.
 	Sidecar           bool           `json:"sidecar"`
 	PendingChanges    int64          `json:"pending_changes_at_end"`
 	PendingDocuments  int64          `json:"pending_documents_at_end"`
@@ -56,6 +57,7 @@ type Run struct {
 	AppliedChanges    float64        `json:"applied_changes_at_end"`
 	AppliedPercent    float64        `json:"applied_percent_at_end"`
 	CacheHitPercent   float64        `json:"cache_hit_percent"`
+	NearHitPercent    float64        `json:"near_hit_percent,omitempty"` // reads served from the near cache, of those that looked (none: no near cache)
 	FlushS            float64        `json:"flush_s"`
 	FlushApplied      int64          `json:"flush_applied"`
 	PinnedOverTime    []bench.Sample `json:"pinned_bytes_over_time,omitempty"` // t_s since the workload started (warm-up included)

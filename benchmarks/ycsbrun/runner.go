@@ -377,14 +377,10 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 	}
 	var sampler *bench.Sampler
 	var hits0, misses0, hits1, misses1, applied0 float64
+	var near0, nearMiss0, near1, nearMiss1 float64
 	var batches0, batches1 uint64
 	var docs0, docs1, secs0, secs1 float64
 	metric := func(name string) float64 { v, _, _ := sc.Metric(name); return v }
-	// A read is a hit in Redis or in a near cache (a near-cache miss that
-	// hits Redis counts once, as a cache hit).
-	hits := func() float64 {
-		return metric("writeback_cache_hits_total") + metric("writeback_nearcache_hits_total")
-	}
 	if sc != nil {
 		applied0 = metric("writeback_applied_changes_total")
 		prog.Extra = func() string {
@@ -396,12 +392,14 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 			return v, err
 		}}
 		wl.OnMeasure = func() {
-			hits0, misses0 = hits(), metric("writeback_cache_misses_total")
+			hits0, misses0 = metric("writeback_cache_hits_total"), metric("writeback_cache_misses_total")
+			near0, nearMiss0 = metric("writeback_nearcache_hits_total"), metric("writeback_nearcache_misses_total")
 			docs0, batches0, _ = sc.Metric("writeback_apply_batch_size")
 			secs0 = metric("writeback_apply_duration_seconds")
 		}
 		wl.OnMeasureEnd = func() {
-			hits1, misses1 = hits(), metric("writeback_cache_misses_total")
+			hits1, misses1 = metric("writeback_cache_hits_total"), metric("writeback_cache_misses_total")
+			near1, nearMiss1 = metric("writeback_nearcache_hits_total"), metric("writeback_nearcache_misses_total")
 			docs1, batches1, _ = sc.Metric("writeback_apply_batch_size")
 			secs1 = metric("writeback_apply_duration_seconds")
 		}
@@ -426,6 +424,9 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 		}
 		if n := (hits1 - hits0) + (misses1 - misses0); n > 0 {
 			r.CacheHitPercent = 100 * (hits1 - hits0) / n
+		}
+		if n := (near1 - near0) + (nearMiss1 - nearMiss0); n > 0 {
+			r.NearHitPercent = 100 * (near1 - near0) / n
 		}
 		if r.ApplierBatches = batches1 - batches0; r.ApplierBatches > 0 {
 			r.ApplierBatchDocs = (docs1 - docs0) / float64(r.ApplierBatches)

@@ -103,8 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func execute(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	started := time.Now()
 	failed := false
-	if o.cpuprofile != "" {
-		stop, err := bench.StartCPUProfile(o.cpuprofile)
+	if o.cpuprof != "" {
+		stop, err := bench.StartCPUProfile(o.cpuprof)
 		if err != nil {
 			fmt.Fprintln(stderr, "ycsb:", err)
 			return 1

@@ -140,14 +140,27 @@ func (a *Applier) stores() map[string]store.Store {
 	return out
 }
 
-// Floors reads the highest seq every store recorded as applied, per
-// partition and over all of them. When a store cannot be read it returns
+// storeCollections returns the names of each store's collections.
+func (a *Applier) storeCollections() map[string][]string {
+	out := map[string][]string{}
+	for _, c := range a.colls {
+		out[c.StoreName] = append(out[c.StoreName], c.Name)
+	}
+	return out
+}
+
+// Floors reads the highest seq every store recorded as applied for the
+// sidecar's collections, per partition and over all of them (another
+// deployment's records in a shared database are not floors of this
+// Redis: they would look like a rollback whenever that deployment's
+// sequences run ahead). When a store cannot be read it returns
 // the error and the floors last read: floors only grow, so older ones still
 // catch a rollback below them.
 func (a *Applier) Floors(ctx context.Context) (buffer.Floors, error) {
 	f := buffer.Floors{Part: map[int]int64{}}
+	colls := a.storeCollections()
 	for name, st := range a.stores() {
-		m, err := st.AppliedMax(ctx)
+		m, err := st.AppliedMax(ctx, colls[name])
 		if err != nil {
 			a.floorsMu.Lock()
 			defer a.floorsMu.Unlock()

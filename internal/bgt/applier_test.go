@@ -300,3 +300,46 @@ func TestResize(t *testing.T) {
 	a.shrunk.resize([]int{5}, a.shrunk.m[5].div, true, false)
 	assert.Equal(t, 8, a.shrunk.m[5].div, "cannot shrink below one change")
 }
+
+// The rollback check's floors are the applied records of the sidecar's own
+// collections. Another deployment sharing the database (its own
+// collections, keyPrefix and Redis) runs ahead in the same partition
+// numbers: its records say nothing of this Redis, and must neither count
+// as a rollback (which drops every cache entry and I lease of the node)
+// nor raise this deployment's sequences. The sidecar's own records above a
+// sequence still do.
+func TestPrepareIgnoresOtherDeployments(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	if err := w.app.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	record := func(coll string, part int, seq int64) {
+		t.Helper()
+		q := fmt.Sprintf("INSERT INTO writeback_applied_docs (collection, id, part, seq) VALUES ('%s', '%d', %d, %d)", coll, part, part, seq)
+		if err := execSQL(ctx, testenv.PostgresDSN(t), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	const ahead = 1_000_000_000
+	for p := range 4 {
+		record(w.coll+"_other", p, ahead+int64(p))
+	}
+	if err := w.app.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.app.m.RedisRollbacks); got != 0 {
+		t.Errorf("writeback_redis_rollbacks_total = %v after another deployment's records ran ahead; want 0", got)
+	}
+	if seq := w.put(t, "1", 1); seq >= ahead {
+		t.Errorf("a write got seq %d: the sequences were raised to another deployment's records", seq)
+	}
+
+	record(w.coll, 0, ahead)
+	if err := w.app.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.app.m.RedisRollbacks); got != 1 {
+		t.Errorf("writeback_redis_rollbacks_total = %v with the sidecar's own record above its sequence; want 1", got)
+	}
+}

@@ -39,16 +39,19 @@ const Leased Outcome = Overflow + 1
 // luaNearCheck is the near-cache step of the write script (flag "n"): see
 // writeScript. It runs before the write touches anything.
 var luaNearCheck = fmt.Sprintf("local LEASED = %d\n", replyLeased) + `
+local near_waiting = false -- near_check found a writer waiting for holders
 local function near_check(pending, ck, hot)
   local tag = string.sub(pending, 1, #pending - 7)
   local member = string.sub(ck, #pending - 4)
   local lk = tag .. 'l:' .. member
+  near_waiting = false
   local hs = redis.call('HGETALL', lk)
   if #hs > 0 then
     local now = tonumber(ms)
     local last, live = 0, {}
     for j = 1, #hs, 2 do
       local f, v = hs[j], hs[j + 1]
+      if f == 'x' and tonumber(v) > now then near_waiting = true end
       -- This sidecar's own lease does not hold the write up: its writer
       -- dropped its copy and refuses installs until the write is over.
       if f ~= 'x' and f ~= holder then
@@ -77,6 +80,23 @@ local function near_check(pending, ck, hot)
   -- write refused later (a patch of a missing document) leaves none.
   if hot > 0 then return nil, tag .. 'h:' .. member end
   return nil
+end
+
+-- near_grant gives the writer (holder) a read lease of generation gen for
+-- ttl ms on the entry its write left, and returns the entry: a sidecar's
+-- own write updates its copy in place. It grants nothing (nil) where a
+-- lease request would get none — no entry, a hot document, a writer
+-- waiting for holders. near_check ran first and found no other live
+-- holder, so the record holds no field of this holder's older grants.
+local function near_grant(pending, ck, gen, ttl)
+  if near_waiting then return nil end
+  local tag = string.sub(pending, 1, #pending - 7)
+  local member = string.sub(ck, #pending - 4)
+  if redis.call('EXISTS', tag .. 'h:' .. member) == 1 then return nil end
+  local h = redis.call('HGETALL', ck)
+  if #h == 0 then return nil end
+  redis.call('HSET', tag .. 'l:' .. member, holder, (tonumber(ms) + ttl) .. ':' .. gen)
+  return h
 end
 `
 

@@ -113,7 +113,10 @@ end
 //     returns {-8, ms to the last expiry} (near.go). Otherwise it drops the
 //     lease record (this sidecar's own lease too: its writer dropped its
 //     copy first) and, once the write is buffered, marks the document hot
-//     for ms.
+//     for ms. "n<ms>g<gen>:<ttl>" (ms 0) also grants the writer a read
+//     lease of generation gen for ttl ms on the entry the write leaves, and
+//     the reply ends with the entry (near_grant); without a grant it ends
+//     with nothing.
 //   - "a" (if absent): a put that only creates. If the document exists it
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
@@ -185,9 +188,16 @@ local function write(pending, seqk, ck, bw, il, a, z)
   -- Near cache: no write to a document other sidecars hold read leases on
   -- becomes visible before they all released or expired (near_check).
   local np = string.find(flags, 'n', 2, true)
-  local hotkey, hotms
+  local hotkey, hotms, grant, grantms
   if np then
-    hotms = tonumber(string.sub(flags, np + 1))
+    local gp = string.find(flags, 'g', np + 1, true)
+    if gp then
+      local colon = string.find(flags, ':', gp + 1, true)
+      hotms = tonumber(string.sub(flags, np + 1, gp - 1))
+      grant, grantms = string.sub(flags, gp + 1, colon - 1), tonumber(string.sub(flags, colon + 1))
+    else
+      hotms = tonumber(string.sub(flags, np + 1))
+    end
     local r
     r, hotkey = near_check(pending, ck, hotms)
     if r then return r end
@@ -368,8 +378,10 @@ local function write(pending, seqk, ck, bw, il, a, z)
     if sets and #sets > 0 then hset_list(ck, sets) end
     if sets and #dels > 0 then redis.call('HDEL', ck, unpack(dels)) end
   end
-  if counting then return {s, added, removed, value} end
-  return {s}
+  local entry
+  if grant and not hotkey then entry = near_grant(pending, ck, grant, grantms) end
+  if counting then return {s, added, removed, value, entry} end
+  return {s, entry}
 end
 
 local out = {}

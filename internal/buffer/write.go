@@ -67,6 +67,11 @@ type WriteOptions struct {
 	// holders (Leased), then mark it hot for HotWindow.
 	Near      bool
 	HotWindow time.Duration
+	// Grant (with Near, HotWindow 0) asks for a near-cache read lease of
+	// generation Grant for LeaseTTL on the entry the write leaves, granted
+	// to this sidecar (Instance) in the same step: WriteResult.Entry.
+	Grant    uint64
+	LeaseTTL time.Duration
 }
 
 // Replace is a compare-and-set of one field of a cache entry.
@@ -105,6 +110,10 @@ type WriteResult struct {
 	Value json.RawMessage
 	// Wait is, for Leased, how long until the last lease expires.
 	Wait time.Duration
+	// Entry is, for a Buffered write with Options.Grant, the cache entry
+	// the write left, on which it granted the lease (nil: none granted —
+	// no entry, a hot document, a writer waiting for holders).
+	Entry map[string]string
 }
 
 // Write buffers c for the document (coll, id) in one atomic step: it
@@ -375,6 +384,9 @@ func appendWriteArgs(args []any, r WriteRequest) []any {
 	flags := writeModes[mode]
 	if o.Near {
 		flags += "n" + strconv.FormatInt(o.HotWindow.Milliseconds(), 10)
+		if o.Grant > 0 && o.HotWindow <= 0 {
+			flags += "g" + strconv.FormatUint(o.Grant, 10) + ":" + strconv.FormatInt(o.LeaseTTL.Milliseconds(), 10)
+		}
 	}
 	args = append(args, 0, change.Encode(c), flags, ttlMillis(o.TTL), o.Token)
 	switch {
@@ -477,6 +489,17 @@ func parseWrite(reply any) (WriteResult, error) {
 		return WriteResult{}, fmt.Errorf("buffer: write: unknown answer %d", code)
 	}
 	r := WriteResult{Seq: code, Outcome: Buffered}
+	// A granted lease's entry ends the reply (a Lua nil ends it early).
+	if len(v) == 2 || len(v) == 5 {
+		if h, ok := v[len(v)-1].([]any); ok {
+			r.Entry = make(map[string]string, len(h)/2)
+			for j := 0; j+1 < len(h); j += 2 {
+				f, _ := h[j].(string)
+				val, _ := h[j+1].(string)
+				r.Entry[f] = val
+			}
+		}
+	}
 	if len(v) >= 4 {
 		r.Added, _ = v[1].(int64)
 		r.Removed, _ = v[2].(int64)

@@ -120,7 +120,7 @@ type Collection struct {
 type NearCache struct {
 	MaxBytes  ByteSize `yaml:"maxBytes"`  // the entries' budget per sidecar; 0 turns this collection's near cache off
 	LeaseTTL  Duration `yaml:"leaseTTL"`  // read lease lifetime: how long a copy is served without asking Redis
-	HotWindow Duration `yaml:"hotWindow"` // a document written within it is read from Redis, not leased; 0: always leased
+	HotWindow Duration `yaml:"hotWindow"` // a document whose write had to revoke another sidecar's lease is read from Redis, not leased, for this long; 0: always leased
 }
 
 // Values of writeback.nearCache.

@@ -68,24 +68,26 @@ type FieldResult struct {
 // concurrently).
 func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done0 func(i int, r FieldResult, err error)) {
 	done := done0
-	var ends []func() // near caches: each write's end (Collection.beginWrite)
+	states := make([]*fieldState, len(ws))
+	var nws []*nearWrite // near caches: each write's (Service.beginWrite)
 	for i := range ws {
 		if c := ws[i].Ref.Coll; c != nil && c.near != nil {
-			if ends == nil {
-				ends = make([]func(), len(ws))
+			if nws == nil {
+				nws = make([]*nearWrite, len(ws))
 			}
-			ends[i] = c.beginWrite(ws[i].Ref.ID)
+			nws[i] = s.beginWrite(c, ws[i].Ref.ID)
 		}
 	}
-	if ends != nil {
+	if nws != nil {
 		done = func(i int, r FieldResult, err error) {
-			if ends[i] != nil {
-				ends[i]()
+			var entry map[string]string
+			if st := states[i]; st != nil && err == nil {
+				entry = st.entry
 			}
+			nws[i].end(entry, err != nil)
 			done0(i, r, err)
 		}
 	}
-	states := make([]*fieldState, len(ws))
 	reqs := make([]buffer.WriteRequest, 0, len(ws))
 	idx := make([]int, 0, len(ws))
 	for i := range ws {
@@ -93,6 +95,10 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done0 func(i
 		if err != nil {
 			done(i, FieldResult{}, err)
 			continue
+		}
+		if nws != nil {
+			st.nw = nws[i]
+			st.nw.options(&st.o)
 		}
 		if st.c.Policy == WriteBack && st.pol != WriteBack {
 			// Writing through, it goes to the store first (applyFirst),
@@ -137,8 +143,11 @@ func (s *Service) WriteField(ctx context.Context, w FieldWrite) (FieldResult, er
 	if err != nil {
 		return FieldResult{}, err
 	}
-	defer st.c.beginWrite(st.id)()
-	return s.runField(ctx, st, nil)
+	st.nw = s.beginWrite(st.c, st.id)
+	st.nw.options(&st.o)
+	r, err := s.runField(ctx, st, nil)
+	st.nw.end(st.entry, err != nil)
+	return r, err
 }
 
 // fieldState is a field write in progress: it starts as a patch (or a
@@ -157,6 +166,9 @@ type fieldState struct {
 	once   sync.Once
 	put    change.Change // the create, built on first need
 	putErr error
+
+	nw    *nearWrite        // the near cache's side of the write (nil: none)
+	entry map[string]string // the entry the write left, leased to this sidecar (buffer.WriteResult.Entry)
 }
 
 func (s *Service) newFieldState(w *FieldWrite) (*fieldState, error) {
@@ -223,6 +235,7 @@ func writable(s *change.Schema, f string) error {
 func (st *fieldState) restart() {
 	st.o = buffer.WriteOptions{TTL: st.c.ttl(), Invalidate: st.c.Policy == WriteAround, Token: buffer.NewToken(), Count: !st.create, IfAbsent: st.create}
 	st.c.nearOptions(&st.o)
+	st.nw.options(&st.o)
 }
 
 // createChange is the put that creates the document: the key, the written
@@ -344,6 +357,7 @@ func (st *fieldState) toCreate() error {
 
 // fieldDone acknowledges a buffered field write and computes its result.
 func (s *Service) fieldDone(ctx context.Context, st *fieldState, r buffer.WriteResult) (FieldResult, error) {
+	st.entry = r.Entry
 	if _, err := s.acknowledge(ctx, st.ref(), r.Seq, st.pol); err != nil {
 		return FieldResult{}, err
 	}

@@ -63,7 +63,7 @@ type nearColl struct {
 	sent   prometheus.Counter
 	recv   prometheus.Counter
 	wait   prometheus.Observer
-	renew  chan string // documents to lease again before their copies expire
+	renew  chan string // documents to lease again now (after a local write)
 }
 
 // nearService is the service's side of the protocol: its holder identity,
@@ -127,14 +127,7 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 			wait:  nm.WriteWait.WithLabelValues(name),
 			renew: make(chan string, renewQueue),
 		}
-		n := c.near
-		cache.RenewWindow = c.Near.LeaseTTL / 4
-		cache.Renew = func(id string) {
-			select {
-			case n.renew <- id:
-			default: // the renewer is behind: the copy expires, the next read leases it
-			}
-		}
+		cache.KeepIdle = keepIdle
 	}
 	s.buf.Instance = instance
 	ns.ps = s.buf.Client().Subscribe(ctx, s.buf.NearChannel(instance))
@@ -209,39 +202,63 @@ func (s *Service) releaser(ns *nearService) {
 	}
 }
 
-// renewQueue bounds the renewals (and the releases) waiting for their
-// goroutines.
+// renewQueue bounds the leases asked for after local writes, and the
+// releases, waiting for their goroutines.
 const renewQueue = 4096
 
+// keepIdle is how many lease periods in a row a copy nobody read is leased
+// again (nearcache.Cache.KeepIdle): a document read about once in two
+// lease periods stays served from the near cache, at the price of one
+// renewal, in a batch, per period.
+const keepIdle = 1
+
 // renewer leases again, in batches of up to maxRenew per round trip, the
-// documents whose copies were read in the last quarter of their lease.
+// documents whose copies come within the last quarter of their lease and
+// were read during it (nearcache.Cache.Due), so that a document being read
+// is served from the near cache without a gap; and the documents this
+// sidecar just wrote (beginWrite).
 func (s *Service) renewer(c *Collection) {
 	const maxRenew = 256
+	window := c.near.cfg.LeaseTTL / 4
+	tick := time.NewTicker(max(window/4, 10*time.Millisecond))
+	defer tick.Stop()
 	refs := make([]Ref, 0, maxRenew)
 	is := make([]int, 0, maxRenew)
+	ids := make([]string, 0, maxRenew)
 	for {
-		refs, is = refs[:0], is[:0]
+		ids = ids[:0]
 		select {
+		case <-tick.C:
 		case id := <-c.near.renew:
-			refs = append(refs, Ref{Coll: c, ID: id})
+			ids = append(ids, id)
+		more:
+			for len(ids) < maxRenew {
+				select {
+				case id := <-c.near.renew:
+					ids = append(ids, id)
+				default:
+					break more
+				}
+			}
 		case <-s.near.stop:
 			return
 		}
-	more:
-		for len(refs) < maxRenew {
-			select {
-			case id := <-c.near.renew:
-				refs = append(refs, Ref{Coll: c, ID: id})
-			default:
-				break more
+		for {
+			if len(ids) == 0 {
+				ids = c.near.cache.Due(window, maxRenew, ids)
 			}
+			if len(ids) == 0 {
+				break
+			}
+			refs, is = refs[:0], is[:0]
+			for i, id := range ids {
+				refs, is = append(refs, Ref{Coll: c, ID: id}), append(is, i)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s.leaseMany(ctx, refs, is, func(int, *nearcache.Entry, Hash, error) {}, false, true)
+			cancel()
+			ids = ids[:0]
 		}
-		for i := range refs {
-			is = append(is, i)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.leaseMany(ctx, refs, is, func(int, *nearcache.Entry, Hash, error) {}, false, true)
-		cancel()
 	}
 }
 
@@ -383,37 +400,84 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // nearOptions makes a write to c wait for its near-cache lease holders.
+// It marks the document hot only when sent again after revoking other
+// sidecars' leases (drive): a document written only through this sidecar,
+// or read nowhere else, keeps being leased, and its writes wait for no one.
 func (c *Collection) nearOptions(o *buffer.WriteOptions) {
 	if c.near != nil {
-		o.Near, o.HotWindow = true, c.near.cfg.HotWindow
+		o.Near = true
 	}
 }
 
+// nearWrite is a local write of a near-cached document in progress
+// (beginWrite … end).
+type nearWrite struct {
+	s      *Service
+	c      *Collection
+	id     string
+	held   bool // a copy was dropped: the document is read here
+	gen    uint64
+	ticket nearcache.Ticket
+	sent   int64 // before any request of the write was sent
+}
+
 // beginWrite drops this sidecar's copy of a document it is about to write
-// and refuses new ones until the returned function is called, which, for a
-// collection without a hot window, leases the written value again.
-func (c *Collection) beginWrite(id string) func() {
+// and refuses new ones until end. If it held a copy, the document is read
+// here: the write asks Redis for a lease on the value it leaves (options),
+// and end installs that value — a sidecar's own write updates its copy in
+// place, with no Redis round trip of its own. It returns nil for a
+// collection without a near cache.
+func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
 	if c.near == nil {
-		return func() {}
+		return nil
 	}
-	c.near.cache.BeginWrite(id)
-	return func() {
-		c.near.cache.EndWrite(id)
-		if w := c.near.cfg.HotWindow; w > 0 {
-			// Hot now: reads skip the lease request, which Redis would
-			// refuse, until the window passes.
-			c.near.cache.MarkHot(id, nearcache.Now()+int64(w))
-		} else {
-			// Not hot after the write: take the new value and a lease on
-			// it in the background (the renewer's lease read, a ticket
-			// taken after the write), so that this sidecar's next read of
-			// its own write is a near-cache hit.
+	w := &nearWrite{s: s, c: c, id: id, held: c.near.cache.BeginWrite(id)}
+	if w.held {
+		w.ticket, w.gen, w.sent = c.near.cache.Ticket(id), s.near.gen.Add(1), nearcache.Now()
+	}
+	return w
+}
+
+// options asks the write for a lease on the value it leaves, if a copy was
+// held (buffer.WriteOptions.Grant).
+func (w *nearWrite) options(o *buffer.WriteOptions) {
+	if w != nil && w.held {
+		o.Grant, o.LeaseTTL = w.gen, w.c.near.cfg.LeaseTTL
+	}
+}
+
+// end ends the write. entry is the value it left, on which it was granted
+// the lease (buffer.WriteResult.Entry), or nil: then a held copy is leased
+// again in the background (the renewer's lease read, a ticket taken after
+// the write) — a document that other sidecars' writes made hot is refused
+// the lease (LeaseHot) and marked hot here too. failed says the write's
+// outcome is unknown: a lease it may have been granted goes back.
+func (w *nearWrite) end(entry map[string]string, failed bool) {
+	if w == nil {
+		return
+	}
+	n := w.c.near
+	if entry == nil {
+		n.cache.EndWrite(w.id)
+		if w.held && failed {
+			w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
+		} else if w.held {
 			select {
-			case c.near.renew <- id:
+			case n.renew <- w.id:
 			default:
 			}
 		}
+		return
 	}
+	e := nearcache.NewEntry(entry, w.gen, w.sent+int64(n.cfg.LeaseTTL-LeaseMargin))
+	if !n.cache.EndWriteInstall(w.ticket, e) {
+		// A revocation or another local write came in between: no copy,
+		// and the lease goes back.
+		n.refuse.Inc()
+		w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
+		return
+	}
+	n.leases[buffer.LeaseGranted].Inc()
 }
 
 // View is a document read: its value and, when it came from the near

@@ -104,10 +104,10 @@ func (s *Service) write(ctx context.Context, r Ref, ch change.Change, replace ma
 	if err := s.applyFirst(ctx, r, pol); err != nil {
 		return 0, err
 	}
-	w := &docWrite{r: r, ch: ch, replace: replace}
+	w := &docWrite{r: r, ch: ch, replace: replace, nw: s.beginWrite(r.Coll, r.ID)}
 	w.restart()
-	defer r.Coll.beginWrite(r.ID)()
 	res, err := s.drive(ctx, w, nil)
+	w.nw.end(res.Entry, err != nil)
 	if err != nil {
 		return 0, err
 	}
@@ -121,6 +121,7 @@ type docWrite struct {
 	ch      change.Change
 	replace map[string]buffer.Replace
 	o       buffer.WriteOptions
+	nw      *nearWrite
 }
 
 func (w *docWrite) ref() Ref { return w.r }
@@ -135,6 +136,7 @@ func (w *docWrite) restart() {
 	c := w.r.Coll
 	w.o = buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround, Token: buffer.NewToken(), Replace: w.replace}
 	c.nearOptions(&w.o)
+	w.nw.options(&w.o)
 }
 
 func (w *docWrite) decide(_ context.Context, out buffer.Outcome) (next, error) {
@@ -193,8 +195,15 @@ func (s *Service) drive(ctx context.Context, a attempt, first *buffer.WriteResul
 		if first != nil {
 			r, first = *first, nil
 		} else {
+			req := a.request()
+			if !waited.IsZero() {
+				// It had to revoke other sidecars' leases: once it takes
+				// effect the document is hot, so that the writes after it
+				// wait for no holder (nearcache: the adaptive rule).
+				req.Options.HotWindow = a.ref().Coll.near.cfg.HotWindow
+			}
 			var err error
-			if r, err = s.w.writeOne(ctx, a.request()); err != nil {
+			if r, err = s.w.writeOne(ctx, req); err != nil {
 				return buffer.WriteResult{}, err
 			}
 		}

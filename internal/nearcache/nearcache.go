@@ -21,6 +21,7 @@ package nearcache
 
 import (
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +43,8 @@ type Entry struct {
 	Gen      uint64            // the lease's generation (the holder's request number)
 	deadline int64             // monotonic ns (Now) until which it may be served
 	size     uint32
-	renewing atomic.Bool // a renewal was asked for (Cache.Renew)
+	used     atomic.Bool // served by Get since it was installed
+	idle     uint8       // lease periods in a row before this one in which the key was not read
 	hot      bool        // a hot mark (MarkHot), not a copy: no Hash, no lease
 	memo     [numMemos]atomic.Pointer[[]byte]
 	tag      atomic.Pointer[string] // MemoJSON's ETag
@@ -108,12 +110,20 @@ type Cache struct {
 	// local writes or replacements. The holder may then release the
 	// entry's lease.
 	OnDrop func(key string, e *Entry, expired bool)
-	// Renew, when set, is called (once per entry) by the first Get that
-	// finds an entry within RenewWindow of its deadline: the caller takes a
-	// new lease in the background, so that a document read often is never
-	// missing from the cache.
-	Renew       func(key string)
-	RenewWindow time.Duration
+	// KeepIdle is how many lease periods in a row an entry is renewed
+	// without being read (see Due); 0 renews only entries read during
+	// their lease.
+	KeepIdle int
+
+	mu    sync.Mutex  // guards queue and head
+	queue []installed // the installs, in order: their deadlines nearly sorted
+	head  int         // queue[:head] has been through Due
+}
+
+// installed is an install waiting for Due to look at it.
+type installed struct {
+	key string
+	e   *Entry
 }
 
 // New returns a cache of at most maxBytes of entries.
@@ -166,10 +176,51 @@ func (c *Cache) Get(key string) (*Entry, bool) {
 	if now >= e.deadline {
 		return nil, false
 	}
-	if c.Renew != nil && e.deadline-now < int64(c.RenewWindow) && e.renewing.CompareAndSwap(false, true) {
-		c.Renew(key)
+	if !e.used.Load() {
+		e.used.Store(true)
 	}
 	return e, true
+}
+
+// Due returns up to max keys (appended to dst) whose copies come within
+// window of their deadlines and are worth a new lease: the copy installed
+// is still the key's, and it was read during its lease or, for up to
+// KeepIdle lease periods in a row, before. Each install is looked at once,
+// in install order, when its time comes, so that the holder renews — in
+// the background, in batches — the leases of the documents being read,
+// before their copies expire, and lets the others go: a document read now
+// and then is then served from the near cache at every read, not only
+// within its lease's last moments. Installs are taken in order, so one
+// whose deadline is not yet within window holds back those after it: every
+// copy of a cache carries the same lease lifetime, so their deadlines are
+// in install order up to a round trip's difference.
+func (c *Cache) Due(window time.Duration, max int, dst []string) []string {
+	horizon := Now() + int64(window)
+	var due []installed
+	for len(dst) < max {
+		due = due[:0]
+		c.mu.Lock()
+		for c.head < len(c.queue) && len(dst)+len(due) < max && c.queue[c.head].e.deadline <= horizon {
+			due = append(due, c.queue[c.head])
+			c.queue[c.head] = installed{}
+			c.head++
+		}
+		if c.head > 1024 && c.head > len(c.queue)/2 {
+			c.queue = append(c.queue[:0], c.queue[c.head:]...)
+			c.head = 0
+		}
+		c.mu.Unlock()
+		if len(due) == 0 {
+			break
+		}
+		for _, q := range due {
+			cur, ok := c.c.GetEntryQuietly(q.key)
+			if ok && cur.Value == q.e && (q.e.used.Load() || int(q.e.idle) < c.KeepIdle) {
+				dst = append(dst, q.key)
+			}
+		}
+	}
+	return dst
 }
 
 // Ticket is taken before the lease request for key is sent.
@@ -182,17 +233,34 @@ func (c *Cache) Ticket(key string) Ticket {
 // write of it is in progress. It reports whether it installed e.
 func (c *Cache) Install(t Ticket, e *Entry) bool {
 	st := c.stripe(t.key)
-	installed := false
+	ok := false
 	c.c.Compute(t.key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
 		// Under the key's lock: a Revoke or BeginWrite that moved the epoch
 		// after this check drops the entry after this function returns.
 		if st.epoch.Load() != t.epoch || st.writers.Load() > 0 {
 			return old, otter.CancelOp
 		}
-		installed = true
+		if found && !old.hot {
+			// A renewal, or a read after the copy expired: carry on
+			// counting the periods the key went unread.
+			if !old.used.Load() {
+				e.idle = min(old.idle, 254) + 1
+			}
+		}
+		ok = true
 		return e, otter.WriteOp
 	})
-	return installed
+	if ok {
+		c.queued(t.key, e)
+	}
+	return ok
+}
+
+// queued hands an installed copy to Due.
+func (c *Cache) queued(key string, e *Entry) {
+	c.mu.Lock()
+	c.queue = append(c.queue, installed{key, e})
+	c.mu.Unlock()
 }
 
 // Revoke drops the key's entry and refuses the installs of every lease
@@ -204,12 +272,39 @@ func (c *Cache) Revoke(key string) {
 
 // BeginWrite drops the key's entry before a local write of it and refuses
 // installs until EndWrite: the write may take away this holder's own
-// lease, and a value read around it may be older than it.
-func (c *Cache) BeginWrite(key string) {
+// lease, and a value read around it may be older than it. It reports
+// whether it dropped a copy (not a hot mark).
+func (c *Cache) BeginWrite(key string) bool {
 	st := c.stripe(key)
 	st.writers.Add(1)
 	st.epoch.Add(1)
-	c.c.Invalidate(key)
+	e, ok := c.c.Invalidate(key)
+	return ok && !e.hot
+}
+
+// EndWriteInstall ends a local write, as EndWrite, and installs e — the
+// entry the write left, read under a lease the write itself was granted —
+// if t (taken right after BeginWrite) is still good and no other local
+// write of the key (or of a key sharing its stripe) is in progress: no
+// revocation and no other local write came since, so e is the latest
+// value. It reports whether it installed e.
+func (c *Cache) EndWriteInstall(t Ticket, e *Entry) bool {
+	st := c.stripe(t.key)
+	ok := false
+	c.c.Compute(t.key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
+		// Under the key's lock, as Install's check; this write is the one
+		// writer counted.
+		if st.epoch.Load() != t.epoch || st.writers.Load() != 1 {
+			return old, otter.CancelOp
+		}
+		ok = true
+		return e, otter.WriteOp
+	})
+	c.EndWrite(t.key)
+	if ok {
+		c.queued(t.key, e)
+	}
+	return ok
 }
 
 // EndWrite ends a local write that BeginWrite began.

@@ -1,6 +1,8 @@
 package nearcache
 
 import (
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,25 +137,63 @@ func TestByteBudgetEvicts(t *testing.T) {
 	}
 }
 
-func TestRenewAskedOnceNearTheDeadline(t *testing.T) {
+func TestDueRenewsCopiesBeingRead(t *testing.T) {
 	c, err := New(1 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var asked []string
-	c.Renew, c.RenewWindow = func(k string) { asked = append(asked, k) }, time.Hour
-	c.Install(c.Ticket("near"), NewEntry(map[string]string{"n": "1"}, 1, Now()+int64(time.Minute)))
-	c.Install(c.Ticket("far"), NewEntry(map[string]string{"n": "1"}, 1, Now()+int64(2*time.Hour)))
-	for range 3 {
-		for _, k := range []string{"near", "far"} {
-			if _, ok := c.Get(k); !ok {
-				t.Fatalf("%s not served", k)
-			}
+	in := func(k string, d time.Duration) *Entry {
+		e := NewEntry(map[string]string{"n": "1"}, 1, Now()+int64(d))
+		if !c.Install(c.Ticket(k), e) {
+			t.Fatalf("%s not installed", k)
 		}
+		return e
 	}
-	if len(asked) != 1 || asked[0] != "near" {
-		t.Fatalf("renewals asked for %v, want [near] once", asked)
+	in("read", time.Minute)
+	in("unread", time.Minute)
+	in("revoked", time.Minute)
+	c.Revoke("revoked")
+	if _, ok := c.Get("read"); !ok {
+		t.Fatal("read not served")
+	}
+	if got := c.Due(time.Second, 10, nil); len(got) != 0 {
+		t.Fatalf("due %v a minute before the deadline, with a window of a second", got)
+	}
+	if got := c.Due(time.Hour, 10, nil); !slices.Equal(got, []string{"read"}) {
+		t.Fatalf("due %v, want [read]: the unread copy and the revoked one are not renewed", got)
+	}
+	if got := c.Due(time.Hour, 10, nil); len(got) != 0 {
+		t.Fatalf("due again %v: each install is looked at once", got)
+	}
+
+	// KeepIdle 1: a copy nobody read is renewed for one period more.
+	c.KeepIdle = 1
+	in("k", time.Minute)
+	if got := c.Due(time.Hour, 10, nil); !slices.Equal(got, []string{"k"}) {
+		t.Fatalf("due %v, want [k]: one idle period is kept", got)
+	}
+	in("k", time.Minute) // the renewal: the period before went unread
+	if got := c.Due(time.Hour, 10, nil); len(got) != 0 {
+		t.Fatalf("due %v: a second idle period lets the copy go", got)
+	}
+	e := in("k", time.Minute)
+	c.Get("k")
+	if got := c.Due(time.Hour, 10, nil); !slices.Equal(got, []string{"k"}) || e.idle != 2 {
+		t.Fatalf("due %v (idle %d), want [k]: a read renews whatever the idle count", got, e.idle)
+	}
+
+	// max bounds a call; the rest waits for the next.
+	for i := range 5 {
+		c.Get(fmt.Sprint(i))
+		in(fmt.Sprint(i), time.Minute)
+		c.Get(fmt.Sprint(i))
+	}
+	if got := c.Due(time.Hour, 3, nil); len(got) != 3 {
+		t.Fatalf("due %v, want 3", got)
+	}
+	if got := c.Due(time.Hour, 3, nil); len(got) != 2 {
+		t.Fatalf("due %v, want the other 2", got)
 	}
 }
 

@@ -412,10 +412,26 @@ func TestAppliedRecords(t *testing.T) {
 		)
 
 		t.Run("applied max", func(t *testing.T) {
-			maxes, err := h.s.AppliedMax(t.Context())
+			maxes, err := h.s.AppliedMax(t.Context(), []string{coll})
 			require.NoError(t, err)
-			assert.Equal(t, int64(7), maxes[p1])
-			assert.Equal(t, int64(5), maxes[p2])
+			assert.Equal(t, map[int]int64{p1: 7, p2: 5}, maxes)
+		})
+		// Another deployment sharing the database (its own collections,
+		// its own Redis) runs ahead in the same partitions: its records
+		// are no floors of this one's sequences, which would otherwise
+		// look rolled back.
+		t.Run("applied max of the named collections only", func(t *testing.T) {
+			other := testenv.UniqueName(t, "c")
+			h.apply(t, Write{Collection: other, Table: tbl, ID: "9", Partition: p1, Changes: []change.Change{put(900, map[string]string{"id": "9"})}})
+			maxes, err := h.s.AppliedMax(t.Context(), []string{coll})
+			require.NoError(t, err)
+			assert.Equal(t, map[int]int64{p1: 7, p2: 5}, maxes)
+			maxes, err = h.s.AppliedMax(t.Context(), []string{coll, other})
+			require.NoError(t, err)
+			assert.Equal(t, map[int]int64{p1: 900, p2: 5}, maxes)
+			maxes, err = h.s.AppliedMax(t.Context(), nil)
+			require.NoError(t, err)
+			assert.Empty(t, maxes)
 		})
 
 		list := func(t *testing.T) []AppliedRecord {

@@ -361,8 +361,10 @@ func (s *mongoStore) replaceWith(ctx context.Context, coll *mongo.Collection, w 
 }
 
 // AppliedMax returns the highest stamp of the described collections, under
-// AnyPartition: stamps do not record partitions.
-func (s *mongoStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
+// AnyPartition: stamps do not record partitions. The stamps live in the
+// described collections' own documents, so they are this deployment's
+// whatever the collections named.
+func (s *mongoStore) AppliedMax(ctx context.Context, _ []string) (map[int]int64, error) {
 	s.mu.Lock()
 	names := make([]string, 0, len(s.colls))
 	for n := range s.colls {

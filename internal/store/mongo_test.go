@@ -105,7 +105,7 @@ func TestMongoApplyReadAndStamps(t *testing.T) {
 	require.Len(t, docs, 1)
 	require.Equal(t, `"a"`, string(docs[0]["_id"]))
 
-	top, err := s.AppliedMax(ctx)
+	top, err := s.AppliedMax(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), top[AnyPartition])
 }

@@ -456,14 +456,19 @@ func (s *myStore) Scan(ctx context.Context, t *Table, from string, limit int) ([
 	return docs, nil
 }
 
-// AppliedMax returns, per partition, the highest seq recorded.
-func (s *myStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
-	rows, err := s.db.QueryContext(ctx, appliedMaxSQL)
+// AppliedMax returns, per partition, the highest seq recorded for the
+// collections.
+func (s *myStore) AppliedMax(ctx context.Context, collections []string) (map[int]int64, error) {
+	out := map[int]int64{}
+	if len(collections) == 0 {
+		return out, nil
+	}
+	q := appliedMaxQuery(myDialect{}, collections)
+	rows, err := s.db.QueryContext(ctx, q.String(), q.args...)
 	if err != nil {
 		return nil, wrapErr("applied max", err, myPermanent)
 	}
 	defer rows.Close()
-	out := map[int]int64{}
 	for rows.Next() {
 		var part int
 		var seq int64

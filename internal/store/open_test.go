@@ -56,7 +56,7 @@ func TestOpenCreatesAppliedTableOnce(t *testing.T) {
 				defer stores[i].Close()
 			}
 		}
-		maxes, err := stores[0].AppliedMax(ctx)
+		maxes, err := stores[0].AppliedMax(ctx, []string{"any"})
 		require.NoError(t, err)
 		assert.Empty(t, maxes)
 	})

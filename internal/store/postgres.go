@@ -345,13 +345,18 @@ func (s *pgStore) Scan(ctx context.Context, t *Table, from string, limit int) ([
 	return docs, nil
 }
 
-// AppliedMax returns, per partition, the highest seq recorded.
-func (s *pgStore) AppliedMax(ctx context.Context) (map[int]int64, error) {
-	rows, err := s.pool.Query(ctx, appliedMaxSQL)
+// AppliedMax returns, per partition, the highest seq recorded for the
+// collections.
+func (s *pgStore) AppliedMax(ctx context.Context, collections []string) (map[int]int64, error) {
+	out := map[int]int64{}
+	if len(collections) == 0 {
+		return out, nil
+	}
+	q := appliedMaxQuery(pgDialect{}, collections)
+	rows, err := s.pool.Query(ctx, q.String(), q.args...)
 	if err != nil {
 		return nil, wrapErr("applied max", err, pgPermanent)
 	}
-	out := map[int]int64{}
 	var part int
 	var seq int64
 	if _, err := pgx.ForEachRow(rows, []any{&part, &seq}, func() error {

@@ -228,8 +228,16 @@ func deleteQueries(d dialect, t *Table, ids []any) []*query {
 	return out
 }
 
-// appliedMaxSQL returns, per partition, the highest seq recorded.
-const appliedMaxSQL = "SELECT part, MAX(seq) FROM " + AppliedTable + " GROUP BY part"
+// appliedMaxQuery returns, per partition, the highest seq recorded for
+// the given collections (at least one). Other collections' records are
+// another deployment's (another keyPrefix, another Redis) sharing the
+// database: their sequences say nothing of this deployment's Redis.
+func appliedMaxQuery(d dialect, collections []string) *query {
+	q := newQuery(d)
+	q.add("SELECT part, MAX(seq) FROM ", AppliedTable, " WHERE collection IN (")
+	q.list(len(collections), func(i int) { q.add(q.arg(collections[i])) })
+	return q.add(") GROUP BY part")
+}
 
 // listAppliedQuery pages through the records after (collection, id).
 func listAppliedQuery(d dialect, afterCollection, afterID string, limit int) *query {

@@ -73,8 +73,11 @@ type Store interface {
 	// results[i] belongs to writes[i]. On error nothing was committed.
 	Apply(ctx context.Context, writes []Write) ([]Result, error)
 	// AppliedMax returns, per partition, the highest applied seq recorded
-	// (under AnyPartition where the store does not record partitions).
-	AppliedMax(ctx context.Context) (map[int]int64, error)
+	// for the given collections (under AnyPartition where the store does
+	// not record partitions). Records of other collections belong to other
+	// deployments sharing the database, whose sequences live in another
+	// Redis.
+	AppliedMax(ctx context.Context, collections []string) (map[int]int64, error)
 	// CompactApplied deletes the applied records of (collection, id) pairs
 	// whose seq is still exactly the given one (a record that moved on since
 	// is kept). It returns how many it deleted.
