@@ -158,6 +158,9 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 	t.Cleanup(func() { db.Close() })
 	members = append(members, &embeddedMember{table: f.table, db: db})
 	const perMember = 3
+	// Each client stops after maxOps: the embedded clients' hits take
+	// microseconds, and an unbounded history outgrows porcupine's minute.
+	const maxOps = 3000
 	for s, m := range members {
 		for k := range perMember {
 			cl := s*perMember + k
@@ -165,7 +168,7 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 			go func() {
 				defer wg.Done()
 				seq := 0
-				for ctx.Err() == nil {
+				for ctx.Err() == nil && seq < maxOps {
 					doc := 1 + rand.IntN(nearDocs)
 					call := int64(time.Since(start))
 					seq++
