@@ -409,3 +409,59 @@ func TestEmbeddedRefusesBadSettings(t *testing.T) {
 		})
 	}
 }
+
+// Close while calls are in flight: it waits for them; each call either
+// completes or fails with ErrClosed, nothing else.
+func TestEmbeddedCloseUnderLoad(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	db, err := writeback.Open(ctx, writeback.Options{Config: f.yaml(t, time.Second), Appliers: true, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	counts := make(chan [2]int, 8)
+	for g := range 8 {
+		go func() {
+			ok, closed := 0, 0
+			for {
+				var err error
+				if g%4 == 0 {
+					_, err = db.Patch(ctx, f.table, "1", map[string]any{"$inc": map[string]any{"n": 1}})
+				} else {
+					_, _, err = db.Get(ctx, f.table, "1")
+				}
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, writeback.ErrClosed):
+					closed++
+				default:
+					errs <- err
+					counts <- [2]int{ok, closed}
+					return
+				}
+				if closed > 0 {
+					errs <- nil
+					counts <- [2]int{ok, closed}
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("a call during Close failed with %v, want success or ErrClosed", err)
+		}
+		c := <-counts
+		total += c[0]
+	}
+	if total < 100 {
+		t.Errorf("only %d calls succeeded before Close", total)
+	}
+}
