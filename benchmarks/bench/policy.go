@@ -14,7 +14,9 @@ import (
 // The policies a benchmark compares. Database and DatabaseAsync talk to the
 // database directly; the others go through a sidecar with that collection
 // policy, over HTTP, except WriteBackRESP, which is write-back through the
-// Redis-protocol front door.
+// Redis-protocol front door, and WriteBackEmbedded, which is write-back in
+// the benchmark's own process (pkg/writeback, the sidecar running the
+// appliers).
 const (
 	Database      = "database"       // the database alone, its default durability
 	DatabaseAsync = "database-async" // the database alone with its own asynchronous commit
@@ -22,10 +24,13 @@ const (
 	WriteThrough  = "write-through"
 	WriteBack     = "write-back"
 	WriteBackRESP = "write-back-resp"
+	// WriteBackEmbedded is the embedded mode: the clients call
+	// pkg/writeback in-process, one more member beside the sidecar.
+	WriteBackEmbedded = "write-back-embedded"
 )
 
 // Policies are every policy, in the order tables and plots show them.
-var Policies = []string{Database, DatabaseAsync, WriteAround, WriteThrough, WriteBack, WriteBackRESP}
+var Policies = []string{Database, DatabaseAsync, WriteAround, WriteThrough, WriteBack, WriteBackRESP, WriteBackEmbedded}
 
 // Sidecar reports whether policy p runs through a sidecar, and which
 // collection policy that sidecar serves.
@@ -33,7 +38,7 @@ func Sidecar(p string) (collectionPolicy string, ok bool) {
 	switch p {
 	case WriteAround, WriteThrough, WriteBack:
 		return p, true
-	case WriteBackRESP:
+	case WriteBackRESP, WriteBackEmbedded:
 		return WriteBack, true
 	}
 	return "", false

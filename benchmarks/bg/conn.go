@@ -74,6 +74,88 @@ type memberDoc struct {
 	Pending   []string `json:"pending" bson:"pending"`
 }
 
+// profileDoc is a member document's profile, without its lists: what a
+// list action shows of each member, as the database policies select only
+// the profile's columns (decoding skips the lists).
+type profileDoc struct {
+	Username  string `json:"username"`
+	PW        string `json:"pw"`
+	FirstName string `json:"firstname"`
+	LastName  string `json:"lastname"`
+	Gender    string `json:"gender"`
+	DOB       string `json:"dob"`
+	JDate     string `json:"jdate"`
+	LDate     string `json:"ldate"`
+	Address   string `json:"address"`
+	Email     string `json:"email"`
+	Tel       string `json:"tel"`
+	About     string `json:"about"`
+}
+
+// countedDoc is a member document's profile and the lengths of its lists:
+// what viewing a profile shows, as the database policies select the
+// profile's columns and the lists' cardinalities.
+type countedDoc struct {
+	profileDoc
+	Friends listLen `json:"friends"`
+	Pending listLen `json:"pending"`
+}
+
+// listLen is the number of elements of a JSON array, counted without
+// decoding them.
+type listLen int
+
+// UnmarshalJSON counts the array's elements: the commas at its top level,
+// outside strings, plus one unless it is empty. json.Unmarshal has checked
+// b is valid JSON; null is 0.
+func (n *listLen) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = 0
+		return nil
+	}
+	if len(b) < 2 || b[0] != '[' {
+		return fmt.Errorf("bg: a list is not a JSON array: %.20s", b)
+	}
+	depth, inStr, esc, commas, empty := 0, false, false, 0, true
+	for _, c := range b[1 : len(b)-1] {
+		switch {
+		case esc:
+			esc = false
+		case inStr:
+			switch c {
+			case '\\':
+				esc = true
+			case '"':
+				inStr = false
+			}
+		case c == '"':
+			inStr, empty = true, false
+		case c == '[' || c == '{':
+			depth, empty = depth+1, false
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			commas++
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			empty = false
+		}
+	}
+	if empty {
+		*n = 0
+	} else {
+		*n = listLen(commas + 1)
+	}
+	return nil
+}
+
+// checkProfile is memberDoc.checkProfile.
+func (d *profileDoc) checkProfile(id string) error {
+	if d.Username == "" || d.About == "" {
+		return fmt.Errorf("bg: %s has no profile", id)
+	}
+	return nil
+}
+
 func (d *memberDoc) list(l List) []string {
 	if l == Friends {
 		return d.Friends

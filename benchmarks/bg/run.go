@@ -120,6 +120,7 @@ func Run(ctx context.Context, st Store, cfg Config) (res *Result, err error) {
 		sc, err = sidecar.Start(ctx, sidecar.Options{
 			Policy: p, Driver: st.Name(), DSN: st.DSN(), Database: st.Database(), RedisAddr: cfg.RedisAddr,
 			Collection: st.Collection(), Key: st.Key(), PrefixBase: "bg", Configure: cfg.Configure,
+			Embedded: cfg.Policy == bench.WriteBackEmbedded,
 		})
 		if err != nil {
 			return nil, err
@@ -129,7 +130,11 @@ func Run(ctx context.Context, st Store, cfg Config) (res *Result, err error) {
 				err = fmt.Errorf("bg: closing the sidecar: %w", cerr)
 			}
 		}()
-		conn = NewSidecarConn(sc.Client, st.Collection())
+		if sc.Embedded != nil {
+			conn = NewEmbeddedConn(sc.Embedded, st.Collection())
+		} else {
+			conn = NewSidecarConn(sc.Client, st.Collection())
+		}
 	} else {
 		if conn, err = st.Open(ctx, cfg.Policy == bench.DatabaseAsync); err != nil {
 			return nil, err

@@ -11,18 +11,41 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/writeback/writeback/pkg/client"
+	"github.com/writeback/writeback/pkg/writeback"
 )
 
-// sidecarConn runs the actions through a sidecar's HTTP API: a member is a
-// document (GET), an update a PATCH with $push and $pull on its friends and
-// pending arrays (MongoDB fields, or PostgreSQL jsonb columns).
+// sidecarConn runs the actions through a sidecar's HTTP API, or the same
+// calls of an embedded member: a member is a document (GET), an update a
+// PATCH with $push and $pull on its friends and pending arrays (MongoDB
+// fields, or PostgreSQL jsonb columns).
 type sidecarConn struct {
-	c    *client.Client
+	c    writeback.Documents
 	coll string
+	many bool          // List reads the profiles with one GetMany
+	proj *writeback.DB // embedded: reads project the fields an action shows
 }
 
-// NewSidecarConn returns a Conn of collection coll of the sidecar c serves.
-func NewSidecarConn(c *client.Client, coll string) Conn { return &sidecarConn{c: c, coll: coll} }
+// NewSidecarConn returns a Conn of collection coll that c (a sidecar's
+// HTTP client, or an embedded member) serves.
+func NewSidecarConn(c writeback.Documents, coll string) Conn { return &sidecarConn{c: c, coll: coll} }
+
+// NewEmbeddedConn returns a Conn of collection coll that an embedded member
+// serves. It reads the profiles a list shows with one GetMany, as the
+// database policies read them with one query: an application in the
+// member's process would, the hits costing no round trip and the misses
+// one between them.
+//
+// Its reads project the fields an action shows (DB.GetFields): a profile
+// and its lists, a member's list, the profiles of a list — as the database
+// policies select only those columns — so that the application decodes no
+// more of a document than it needs.
+func NewEmbeddedConn(db *writeback.DB, coll string) Conn {
+	return &sidecarConn{c: db, coll: coll, many: true, proj: db}
+}
+
+// countedFields are what viewing a profile reads: the profile and the
+// lists it counts.
+var countedFields = append(append([]string{}, ProfileFields...), Friends.String(), Pending.String())
 
 func (c *sidecarConn) get(ctx context.Context, m int32) (*memberDoc, error) {
 	id := ID(m)
@@ -37,19 +60,53 @@ func (c *sidecarConn) get(ctx context.Context, m int32) (*memberDoc, error) {
 	return &d, d.checkProfile(id)
 }
 
-func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
-	d, err := c.get(ctx, m)
+// getProfile reads and checks a member's profile.
+func (c *sidecarConn) getProfile(ctx context.Context, m int32) error {
+	id := ID(m)
+	raw, _, err := c.c.Get(ctx, c.coll, id)
 	if err != nil {
-		return 0, 0, err
+		return fmt.Errorf("bg: reading %s: %w", id, err)
 	}
-	return len(d.Friends), len(d.Pending), nil
+	var d profileDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	return d.checkProfile(id)
 }
 
-// List reads the member, then the profiles it shows, concurrently: the
-// sidecar has no request for several documents at once, and ten reads one
-// after the other would cost ten round trips.
+func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
+	id := ID(m)
+	var raw json.RawMessage
+	var err error
+	if c.proj != nil {
+		raw, err = c.proj.GetFields(ctx, c.coll, id, countedFields...)
+	} else {
+		raw, _, err = c.c.Get(ctx, c.coll, id)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("bg: reading %s: %w", id, err)
+	}
+	var d countedDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return 0, 0, fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	if err := d.checkProfile(id); err != nil {
+		return 0, 0, err
+	}
+	return int(d.Friends), int(d.Pending), nil
+}
+
+// List reads the member, then the profiles it shows: concurrently over
+// HTTP, as ten reads one after the other would cost ten round trips; with
+// one GetMany embedded (NewEmbeddedConn).
 func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []int32, error) {
-	d, err := c.get(ctx, m)
+	var d *memberDoc
+	var err error
+	if c.proj != nil {
+		d, err = c.getList(ctx, m, l)
+	} else {
+		d, err = c.get(ctx, m)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -58,17 +115,65 @@ func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []
 	if err != nil {
 		return 0, nil, err
 	}
+	if c.many {
+		return len(list), shown, c.getMany(ctx, shown)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, x := range shown {
-		g.Go(func() error {
-			_, err := c.get(gctx, x)
-			return err
-		})
+		g.Go(func() error { return c.getProfile(gctx, x) })
 	}
 	if err := g.Wait(); err != nil {
 		return 0, nil, err
 	}
 	return len(list), shown, nil
+}
+
+// getList reads a member's list l alone (a projection).
+func (c *sidecarConn) getList(ctx context.Context, m int32, l List) (*memberDoc, error) {
+	id := ID(m)
+	raw, err := c.proj.GetFields(ctx, c.coll, id, l.String())
+	if err != nil {
+		return nil, fmt.Errorf("bg: reading %s: %w", id, err)
+	}
+	var d memberDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("bg: decoding %s: %w", id, err)
+	}
+	return &d, nil
+}
+
+// getMany reads and checks the profiles of ms in one call.
+func (c *sidecarConn) getMany(ctx context.Context, ms []int32) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = ID(m)
+	}
+	var docs []json.RawMessage
+	var err error
+	if c.proj != nil {
+		docs, err = c.proj.GetManyFields(ctx, c.coll, ids, ProfileFields...)
+	} else {
+		docs, err = c.c.GetMany(ctx, c.coll, ids)
+	}
+	if err != nil {
+		return fmt.Errorf("bg: reading %d profiles: %w", len(ids), err)
+	}
+	for i, raw := range docs {
+		if raw == nil {
+			return fmt.Errorf("bg: the profile %s does not exist", ids[i])
+		}
+		var d profileDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return fmt.Errorf("bg: decoding %s: %w", ids[i], err)
+		}
+		if err := d.checkProfile(ids[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // patchBody is u as update operators:

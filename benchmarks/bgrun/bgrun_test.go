@@ -24,12 +24,13 @@ func TestSmoke(t *testing.T) {
 	if v := os.Getenv("WRITEBACK_TEST_MONGO_URI"); v != "" {
 		mongo = v
 	}
-	code := run([]string{"--store", "mongodb,postgres", "--mongo-uri", mongo, "--policies", "database,write-back,write-back-resp", "--mixes", "90",
+	code := run([]string{"--store", "mongodb,postgres", "--mongo-uri", mongo, "--policies", "database,write-back,write-back-resp,write-back-embedded", "--mixes", "90",
 		"--members", "200", "--mongo-members", "60", "--friends", "4", "--pending", "4", "--threads", "1,4", "--step", "700ms", "--out", dir, "--seed", "3"},
 		&stdout, &stderr)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	out := stdout.String()
 	require.Contains(t, out, "write-back SoAR / database")
+	require.Contains(t, out, "write-back-embedded SoAR / database")
 	require.Contains(t, out, "write-back-resp: not applicable: the Redis-protocol front door has no list operators")
 	for _, store := range []string{"mongodb", "postgres"} {
 		b, err := os.ReadFile(filepath.Join(dir, "bg-"+store+".json"))
@@ -56,7 +57,7 @@ func TestSmoke(t *testing.T) {
 			} `json:"not_applicable"`
 		}
 		require.NoError(t, json.Unmarshal(b, &sr))
-		require.Len(t, sr.Results, 2, store)
+		require.Len(t, sr.Results, 3, store)
 		require.Len(t, sr.NotApplicable, 1, store)
 		for _, r := range sr.Results {
 			require.Greater(t, r.Validation.Reads, 50, "%s %s: too few reads checked", store, r.Policy)

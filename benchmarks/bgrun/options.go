@@ -32,6 +32,8 @@ type options struct {
 	samples      int
 	cpuprof      string
 	workers      int
+	nearHot      time.Duration // the collection's nearCache.hotWindow; negative: the default
+	nearLease    time.Duration // the collection's nearCache.leaseTTL; 0: the default
 	batchSize    int
 	args         []string
 }
@@ -59,6 +61,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mongoURI, "mongo-uri", "mongodb://127.0.0.1:27017", "MongoDB URI")
 	fs.IntVar(&o.samples, "samples", 10, "stale reads and final differences to print")
 	fs.IntVar(&o.workers, "workers", 0, "applier goroutines of the sidecar (default: the sidecar's)")
+	fs.DurationVar(&o.nearLease, "near-lease", 0, "the collection's nearCache.leaseTTL for the write-back policies (0: the default, 2s)")
+	fs.DurationVar(&o.nearHot, "near-hot", -1, "the collection's nearCache.hotWindow for the write-back policies (negative: the default, 2s; 0: every document leased)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, "documents per applied batch (default: the sidecar's 128; on MongoDB 16, since FerretDB outlives the appliers' 30 s batch timeout with 128)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, sidecar and clients: one process) to this file")
 	if err := bench.Parse(fs, args); err != nil {

@@ -49,6 +49,8 @@ type ratios struct {
 	Database      float64 `json:"vs_database,omitempty"`
 	WriteThrough  float64 `json:"vs_write_through,omitempty"`
 	DatabaseAsync float64 `json:"vs_database_async,omitempty"`
+	// EmbeddedDatabase is write-back-embedded's SoAR over the database's.
+	EmbeddedDatabase float64 `json:"embedded_vs_database,omitempty"`
 }
 
 func printTable(w io.Writer, o *options, runs []*storeRun) {
@@ -97,29 +99,27 @@ func printTable(w io.Writer, o *options, runs []*storeRun) {
 func printRatios(w io.Writer, o *options, runs []*storeRun) {
 	fmt.Fprintln(w)
 	for _, sr := range runs {
-		wb := sr.byPolicy[bench.WriteBack]
-		if wb == nil {
-			continue
-		}
 		for k, m := range o.mixes {
-			if k >= len(wb.Mixes) {
-				continue
-			}
-			// cell is write-back's SoAR over policy p's, or why there is none.
-			cell := func(p string) string {
-				r := sr.byPolicy[p]
+			// cell is policy of's SoAR over policy p's, or why there is none.
+			cell := func(of, p string) string {
+				a, r := sr.byPolicy[of], sr.byPolicy[p]
 				switch {
-				case r == nil || k >= len(r.Mixes):
+				case a == nil || r == nil || k >= len(a.Mixes) || k >= len(r.Mixes):
 					return "-"
-				case wb.Mixes[k].SoAR == 0 && r.Mixes[k].SoAR == 0:
+				case a.Mixes[k].SoAR == 0 && r.Mixes[k].SoAR == 0:
 					return "(neither met the SLA)"
 				case r.Mixes[k].SoAR == 0:
 					return "∞ (" + p + " never met the SLA)"
 				}
-				return bench.Ratio(wb.Mixes[k].SoAR, r.Mixes[k].SoAR)
+				return bench.Ratio(a.Mixes[k].SoAR, r.Mixes[k].SoAR)
 			}
-			fmt.Fprintf(w, "%-8s %5s%% reads  write-back SoAR / database %s   / write-through %s   / database-async %s\n",
-				sr.Store, m.Name, cell(bench.Database), cell(bench.WriteThrough), cell(bench.DatabaseAsync))
+			if wb := sr.byPolicy[bench.WriteBack]; wb != nil && k < len(wb.Mixes) {
+				fmt.Fprintf(w, "%-8s %5s%% reads  write-back SoAR / database %s   / write-through %s   / database-async %s\n",
+					sr.Store, m.Name, cell(bench.WriteBack, bench.Database), cell(bench.WriteBack, bench.WriteThrough), cell(bench.WriteBack, bench.DatabaseAsync))
+			}
+			if emb := sr.byPolicy[bench.WriteBackEmbedded]; emb != nil && k < len(emb.Mixes) {
+				fmt.Fprintf(w, "%-8s %5s%% reads  write-back-embedded SoAR / database %s\n", sr.Store, m.Name, cell(bench.WriteBackEmbedded, bench.Database))
+			}
 		}
 	}
 }

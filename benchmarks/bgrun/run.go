@@ -129,6 +129,15 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 			if batch > 0 {
 				c.Writeback.BatchSize = batch
 			}
+			for name, coll := range c.Collections {
+				if o.nearHot >= 0 {
+					coll.NearCache.HotWindow = config.Duration{Duration: o.nearHot}
+				}
+				if o.nearLease > 0 {
+					coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
+				}
+				c.Collections[name] = coll
+			}
 		}
 		t := time.Now()
 		res, err := bg.Run(ctx, st, cfg)
@@ -150,19 +159,21 @@ func runStore(ctx context.Context, o *options, sr *storeRun, stderr io.Writer, l
 			sr.Store, p, time.Since(t).Seconds(), res.Validation.Reads, res.Validation.Stale, res.Changes, res.FinalBad, res.FinalLists)
 	}
 	sr.Ratios = map[string]ratios{}
-	wb := sr.byPolicy[bench.WriteBack]
 	for k, m := range o.mixes {
-		if wb == nil || k >= len(wb.Mixes) {
-			continue
-		}
-		soar := func(p string) float64 {
-			r := sr.byPolicy[p]
-			if r == nil || k >= len(r.Mixes) || r.Mixes[k].SoAR == 0 {
+		// soar is policy of's SoAR over policy to's; 0 where either is
+		// missing or to never met the SLA.
+		soar := func(of, to string) float64 {
+			a, b := sr.byPolicy[of], sr.byPolicy[to]
+			if a == nil || b == nil || k >= len(a.Mixes) || k >= len(b.Mixes) || b.Mixes[k].SoAR == 0 {
 				return 0
 			}
-			return wb.Mixes[k].SoAR / r.Mixes[k].SoAR
+			return a.Mixes[k].SoAR / b.Mixes[k].SoAR
 		}
-		sr.Ratios[m.Name] = ratios{Database: soar(bench.Database), WriteThrough: soar(bench.WriteThrough), DatabaseAsync: soar(bench.DatabaseAsync)}
+		r := ratios{Database: soar(bench.WriteBack, bench.Database), WriteThrough: soar(bench.WriteBack, bench.WriteThrough),
+			DatabaseAsync: soar(bench.WriteBack, bench.DatabaseAsync), EmbeddedDatabase: soar(bench.WriteBackEmbedded, bench.Database)}
+		if r != (ratios{}) {
+			sr.Ratios[m.Name] = r
+		}
 	}
 	return nil
 }

@@ -22,11 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/server"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
+	"github.com/writeback/writeback/pkg/writeback"
+	"gopkg.in/yaml.v3"
 )
 
 // Options say what the sidecar serves.
@@ -49,12 +52,19 @@ type Options struct {
 	// ListenResp is the address of the Redis-protocol front door, e.g.
 	// "127.0.0.1:0" for a free port; empty disables it.
 	ListenResp string
+	// Embedded also opens an embedded member (pkg/writeback) on the same
+	// configuration, without appliers (the sidecar runs them): NewClient's
+	// clients then call it in-process.
+	Embedded bool
 }
 
 // Sidecar is a running in-process sidecar.
 type Sidecar struct {
 	Client *client.Client // of this sidecar's API
 	Prefix string         // Redis key prefix of everything it stores
+	// Embedded is the embedded member of Options.Embedded, else nil.
+	Embedded *writeback.DB
+	embReg   *prometheus.Registry
 
 	coll   string
 	key    string // the collection's key field
@@ -134,6 +144,13 @@ collections:
 	defer cancel()
 	for {
 		err := s.Client.Readyz(rctx)
+		if err == nil && o.Embedded {
+			err = s.openEmbedded(ctx, cfg, o.Log)
+			if err != nil {
+				_ = s.Close()
+				return nil, err
+			}
+		}
 		if err == nil {
 			return s, nil
 		}
@@ -143,6 +160,21 @@ collections:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// openEmbedded opens the embedded member on the sidecar's configuration
+// (its own instance id), without appliers.
+func (s *Sidecar) openEmbedded(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	y, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	s.embReg = prometheus.NewRegistry()
+	s.Embedded, err = writeback.Open(ctx, writeback.Options{Config: y, Registry: s.embReg, Logger: log})
+	if err != nil {
+		return fmt.Errorf("opening the embedded member: %w", err)
+	}
+	return nil
 }
 
 // Addr is the address of the sidecar's API.
@@ -155,11 +187,24 @@ func (s *Sidecar) RespAddr() string { return s.srv.RespAddr() }
 // Metric reads one of the sidecar's metrics by its full name
 // ("writeback_cache_hits_total"), summed over its label values: for a
 // counter or gauge the value, for a histogram the sum and the count of its
-// observations. A metric with no series reads as zero.
+// observations. A metric with no series reads as zero. With an embedded
+// member, its counters and histograms add to the sidecar's (its gauges of
+// Redis state repeat the sidecar's and are left out).
 func (s *Sidecar) Metric(name string) (sum float64, count uint64, err error) {
 	mfs, err := s.reg.Gather()
 	if err != nil {
 		return 0, 0, err
+	}
+	if s.embReg != nil {
+		emb, err := s.embReg.Gather()
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, mf := range emb {
+			if mf.GetType() != dto.MetricType_GAUGE {
+				mfs = append(mfs, mf)
+			}
+		}
 	}
 	for _, mf := range mfs {
 		if mf.GetName() != name {
@@ -205,6 +250,9 @@ func (s *Sidecar) Flush(ctx context.Context) (client.FlushResult, error) {
 
 // Stop shuts the sidecar down gracefully and waits until it has.
 func (s *Sidecar) Stop() error {
+	if s.Embedded != nil {
+		_ = s.Embedded.Close()
+	}
 	if s.cancel == nil {
 		return nil
 	}
@@ -272,7 +320,8 @@ func ForgetApplied(ctx context.Context, db *ycsb.DB, collection string) error {
 	return db.Exec(ctx, "DELETE FROM "+store.AppliedTable+" WHERE collection = "+db.Placeholder(1), collection)
 }
 
-// NewClient returns a ycsb.Client of the sidecar's collection: read = GET
+// NewClient returns a ycsb.Client of the sidecar's collection (through the
+// embedded member if there is one, with the same calls): read = GET
 // /v1/docs/{collection}/{key}, update = PATCH with {"$set":{"field<n>":v}}
 // (of every field, for ycsb.RecordUpdater), scan = GET
 // /v1/docs/{collection}?from={key}&limit={n} (ycsb.Scanner). A 409 aborted
@@ -285,11 +334,15 @@ func (s *Sidecar) NewClient(fields int) ycsb.Client {
 		names[i] = ycsb.FieldName(i)
 		prefixes[i] = `{"$set":{"` + names[i] + `":`
 	}
-	return &docClient{c: s.Client, coll: s.coll, key: s.key, names: names, setPrefix: prefixes}
+	var c writeback.Documents = s.Client
+	if s.Embedded != nil {
+		c = s.Embedded
+	}
+	return &docClient{c: c, coll: s.coll, key: s.key, names: names, setPrefix: prefixes}
 }
 
 type docClient struct {
-	c         *client.Client
+	c         writeback.Documents // the HTTP client, or the embedded member
 	coll      string
 	key       string // the key field, which scanned documents name themselves by
 	names     []string

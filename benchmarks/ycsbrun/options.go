@@ -67,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.fields, "fields", 10, "fields per record")
 	fs.IntVar(&o.fieldSize, "field-size", 100, "bytes per field value")
 	threads := fs.String("threads", "8", "concurrent clients, each issuing one operation at a time; a comma-separated list (e.g. 8,16) runs each")
-	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, sidecar and clients: one process) to this file")
+	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, sidecar, embedded member and clients: one process) to this file")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time per run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up of each run, after its cache warming and before the measured time")
 	dists := fs.String("distribution", "uniform,zipfian", "record popularity, comma-separated: uniform (the paper's) and/or zipfian (YCSB's default: scrambled zipfian, constant 0.99)")

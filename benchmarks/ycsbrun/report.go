@@ -54,17 +54,20 @@ type ratio struct {
 	Ratio float64 `json:"ratio"`
 }
 
-// sideBySide is write-back's throughput over HTTP and over the Redis
-// protocol beside the database alone's, on one workload and variant.
+// sideBySide is write-back's throughput over HTTP, over the Redis
+// protocol and embedded beside the database alone's, on one workload and
+// variant.
 type sideBySide struct {
 	Workload string `json:"workload"`
 	Variant
-	Database      float64 `json:"database_ops_per_s"`
-	WriteBack     float64 `json:"write_back_ops_per_s"`
-	WriteBackRESP float64 `json:"write_back_resp_ops_per_s"`
+	Database          float64 `json:"database_ops_per_s"`
+	WriteBack         float64 `json:"write_back_ops_per_s"`
+	WriteBackRESP     float64 `json:"write_back_resp_ops_per_s"`
+	WriteBackEmbedded float64 `json:"write_back_embedded_ops_per_s,omitempty"`
 	// The ratios to the database alone; 0 where a run is missing.
-	WriteBackRatio     float64 `json:"write_back_ratio"`
-	WriteBackRESPRatio float64 `json:"write_back_resp_ratio"`
+	WriteBackRatio         float64 `json:"write_back_ratio"`
+	WriteBackRESPRatio     float64 `json:"write_back_resp_ratio"`
+	WriteBackEmbeddedRatio float64 `json:"write_back_embedded_ratio,omitempty"`
 }
 
 func newReport(o *options, store string) *report {
@@ -165,6 +168,7 @@ func (rep *report) ratios() []ratio {
 	pairs := [][2]string{
 		{bench.WriteBack, bench.Database}, {bench.WriteBack, bench.DatabaseAsync}, {bench.WriteBack, bench.WriteThrough},
 		{bench.WriteBackRESP, bench.Database}, {bench.WriteBackRESP, bench.DatabaseAsync}, {bench.WriteBackRESP, bench.WriteThrough},
+		{bench.WriteBackEmbedded, bench.Database},
 	}
 	for _, v := range rep.variants() {
 		for _, w := range []string{"A", "B"} {
@@ -180,16 +184,16 @@ func (rep *report) ratios() []ratio {
 	return out
 }
 
-// sideBySide is write-back (HTTP and Redis protocol) beside the database
-// alone for workloads A, B and C in every variant where the database ran
-// and write-back did over either front door.
+// sideBySide is write-back (HTTP, Redis protocol, embedded) beside the
+// database alone for workloads A, B and C in every variant where the
+// database ran and write-back did in any of these ways.
 func (rep *report) sideBySide() []sideBySide {
 	var out []sideBySide
 	for _, v := range rep.variants() {
 		for _, w := range []string{"A", "B", "C"} {
 			db := rep.find(w, bench.Database, v)
-			wb, resp := rep.find(w, bench.WriteBack, v), rep.find(w, bench.WriteBackRESP, v)
-			if db == nil || db.Throughput == 0 || (wb == nil && resp == nil) {
+			wb, resp, emb := rep.find(w, bench.WriteBack, v), rep.find(w, bench.WriteBackRESP, v), rep.find(w, bench.WriteBackEmbedded, v)
+			if db == nil || db.Throughput == 0 || (wb == nil && resp == nil && emb == nil) {
 				continue
 			}
 			x := sideBySide{Workload: w, Variant: v, Database: db.Throughput}
@@ -198,6 +202,9 @@ func (rep *report) sideBySide() []sideBySide {
 			}
 			if resp != nil {
 				x.WriteBackRESP, x.WriteBackRESPRatio = resp.Throughput, resp.Throughput/db.Throughput
+			}
+			if emb != nil {
+				x.WriteBackEmbedded, x.WriteBackEmbeddedRatio = emb.Throughput, emb.Throughput/db.Throughput
 			}
 			out = append(out, x)
 		}
@@ -260,11 +267,12 @@ func (rep *report) print(w io.Writer) {
 			}
 		}
 		if sb := rep.SideBySide; len(sb) > 0 {
-			fmt.Fprintf(w, "\nWrite-back / the database alone on %s (ops/s; write-back over HTTP and over the Redis-protocol front door; store +ms: added each way)\n", store)
-			t := bench.Table{Header: []string{"store +ms", "threads", "keys", "cache", "workload", "database", "write-back", "write-back-resp", "write-back / db", "resp / db"}}
+			fmt.Fprintf(w, "\nWrite-back / the database alone on %s (ops/s; write-back over HTTP, over the Redis-protocol front door and embedded in-process; store +ms: added each way)\n", store)
+			t := bench.Table{Header: []string{"store +ms", "threads", "keys", "cache", "workload", "database", "write-back", "write-back-resp", "embedded", "write-back / db", "resp / db", "embedded / db"}}
 			for _, x := range sb {
 				t.Add(x.StoreLatencyMs, x.Threads, x.Distribution, x.Cache, x.Workload, fmt.Sprintf("%.0f", x.Database),
-					opsOrNA(x.WriteBack), opsOrNA(x.WriteBackRESP), ratioOrNA(x.WriteBack, x.Database), ratioOrNA(x.WriteBackRESP, x.Database))
+					opsOrNA(x.WriteBack), opsOrNA(x.WriteBackRESP), opsOrNA(x.WriteBackEmbedded),
+					ratioOrNA(x.WriteBack, x.Database), ratioOrNA(x.WriteBackRESP, x.Database), ratioOrNA(x.WriteBackEmbedded, x.Database))
 			}
 			_ = t.Write(w)
 		}

@@ -241,6 +241,7 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 		if p == bench.WriteBackRESP {
 			so.ListenResp = "127.0.0.1:0"
 		}
+		so.Embedded = p == bench.WriteBackEmbedded
 		batch := o.batch(e.store)
 		so.Configure = func(c *config.Config) {
 			if workers > 0 {

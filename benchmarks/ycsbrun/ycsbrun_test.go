@@ -34,12 +34,12 @@ func redisAddr() string {
 }
 
 // tinyArgs are the flags of a run small enough for `make test`: workloads A
-// and S on PostgreSQL, the database alone, write-back over HTTP and over
-// the Redis protocol, and a two-point applier sweep of workload A.
+// and S on PostgreSQL, the database alone, write-back over HTTP, over the
+// Redis protocol and embedded, and a two-point applier sweep of workload A.
 func tinyArgs(t *testing.T, out string) []string {
 	return []string{
 		"--store", "postgres", "--pg-dsn", pgDSN(), "--redis", redisAddr(),
-		"--workloads", "A,S", "--policies", "database,write-back,write-back-resp",
+		"--workloads", "A,S", "--policies", "database,write-back,write-back-resp,write-back-embedded",
 		"--records", "400", "--threads", "4", "--duration", "500ms", "--warmup", "100ms", "--distribution", "uniform", "--cache", "warm",
 		"--sweep-workers", "1,2", "--sweep-workloads", "A", "--sweep-duration", "300ms",
 		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
@@ -56,7 +56,7 @@ func TestSmoke(t *testing.T) {
 	if code := run(context.Background(), tinyArgs(t, out), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"YCSB on postgres", "Applier sweep on postgres", "write-back      / database", respNoScan} {
+	for _, want := range []string{"YCSB on postgres", "Applier sweep on postgres", "write-back      / database", "write-back-embedded / database", respNoScan} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
@@ -70,8 +70,8 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Runs) != 6 || len(rep.Sweep) != 2 {
-		t.Fatalf("%d runs and %d sweep runs; want 6 (2 workloads × 3 policies) and 2", len(rep.Runs), len(rep.Sweep))
+	if len(rep.Runs) != 8 || len(rep.Sweep) != 2 {
+		t.Fatalf("%d runs and %d sweep runs; want 8 (2 workloads × 4 policies) and 2", len(rep.Runs), len(rep.Sweep))
 	}
 	for _, r := range append(rep.Runs, rep.Sweep...) {
 		name := r.Workload + " " + r.Policy

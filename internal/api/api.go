@@ -10,11 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -25,10 +23,8 @@ import (
 
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
-	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
-	"github.com/writeback/writeback/internal/nearcache"
 	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
@@ -218,65 +214,11 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// encodeDoc writes a document's fields in the table's column order; a
-// document collection's with the key first and the other fields in name
-// order (a stable order, so that ETags are).
-func encodeDoc(s *change.Schema, d change.Doc) []byte {
-	names := make([]string, 0, len(d))
-	if s.Dynamic() {
-		for name := range d {
-			if name != s.Key {
-				names = append(names, name)
-			}
-		}
-		sort.Strings(names)
-		names = append([]string{s.Key}, names...)
-	} else {
-		for _, c := range s.Columns {
-			names = append(names, c.Name)
-		}
-	}
-	var b bytes.Buffer
-	b.WriteByte('{')
-	first := true
-	for _, name := range names {
-		v, ok := d[name]
-		if !ok {
-			continue
-		}
-		if !first {
-			b.WriteByte(',')
-		}
-		first = false
-		k, _ := json.Marshal(name)
-		b.Write(k)
-		b.WriteByte(':')
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
-
-func etag(body []byte) string {
-	h := fnv.New64a()
-	h.Write(body)
-	return `"` + strconv.FormatUint(h.Sum64(), 16) + `"`
-}
-
 func (h *Handler) getDoc(w http.ResponseWriter, r *http.Request) error {
-	coll := r.PathValue("collection")
-	c, err := h.svc.Collection(coll)
+	body, tag, err := h.svc.GetJSON(r.Context(), r.PathValue("collection"), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	v, err := h.svc.GetView(r.Context(), coll, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	// A near-cache hit encodes nothing: the body and its ETag are the
-	// entry's, computed once.
-	body := v.Memo(nearcache.MemoJSON, func() []byte { return encodeDoc(c.Table.Schema, v.Doc()) })
-	tag := string(v.Memo(nearcache.MemoETag, func() []byte { return []byte(etag(body)) }))
 	w.Header().Set("ETag", tag)
 	if match := r.Header.Get("If-None-Match"); match != "" && match == tag {
 		w.WriteHeader(http.StatusNotModified)
@@ -349,7 +291,7 @@ func (h *Handler) scan(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := client.ScanResult{Docs: make([]json.RawMessage, len(ds))}
 	for i, d := range ds {
-		out.Docs[i] = encodeDoc(c.Table.Schema, d)
+		out.Docs[i] = document.EncodeJSON(c.Table.Schema, d)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -1,12 +1,9 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/pkg/client"
@@ -31,8 +28,7 @@ func (h *Handler) getMany(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("a multi-read takes at most %d ids, not %d", MaxManyIDs, len(ids)))
 	}
 	coll := r.PathValue("collection")
-	c, err := h.svc.Collection(coll)
-	if err != nil {
+	if _, err := h.svc.Collection(coll); err != nil {
 		return err
 	}
 	refs := make([]document.Ref, len(ids))
@@ -40,33 +36,16 @@ func (h *Handler) getMany(w http.ResponseWriter, r *http.Request) error {
 		if id == "" {
 			return apiError(http.StatusBadRequest, "invalid_argument", fmt.Sprintf("id %d of the multi-read is empty", i+1))
 		}
+		var err error
 		if refs[i], err = h.svc.Ref(coll, id); err != nil {
 			return err
 		}
 	}
-	out := client.ManyResult{Docs: make([]json.RawMessage, len(ids))}
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	wg.Add(len(refs))
-	h.svc.GetMany(r.Context(), refs, func(i int, doc document.Hash, err error) {
-		defer wg.Done()
-		switch {
-		case errors.Is(err, document.ErrNotFound):
-			out.Docs[i] = json.RawMessage("null")
-		case err != nil:
-			errs[i] = err
-		default:
-			d := make(map[string]json.RawMessage, len(doc))
-			for f, v := range doc {
-				d[f] = json.RawMessage(v)
-			}
-			out.Docs[i] = encodeDoc(c.Table.Schema, d)
-		}
-	})
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	docs, err := h.svc.GetManyJSON(r.Context(), refs)
+	if err != nil {
 		return err
 	}
+	out := client.ManyResult{Docs: docs}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -262,12 +262,29 @@ func (s *Service) renewer(c *Collection) {
 	}
 }
 
-// StopNear stops the near caches' goroutines; idempotent.
+// StopNear drops every near-cache copy, gives their leases back and stops
+// the near caches' goroutines; idempotent. Reads and writes must have
+// ended: a lease taken after it is left to expire.
 func (s *Service) StopNear() {
 	if s.near == nil || !s.near.stopped.CompareAndSwap(false, true) {
 		return
 	}
 	close(s.near.stop)
+	// The copies go, and their leases back, while the listener still
+	// answers revocations: a writer waits for none of them after this.
+	var rel []buffer.Held
+	for _, c := range s.colls {
+		if c.near != nil {
+			c.near.cache.Drain(func(id string, e *nearcache.Entry) {
+				rel = append(rel, buffer.Held{Record: s.buf.LeaseRecord(c.Name, id), Gen: e.Gen})
+			})
+		}
+	}
+	if len(rel) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.buf.ReleaseMany(ctx, rel)
+		cancel()
+	}
 	s.near.ps.Close()
 	<-s.near.done
 	for _, c := range s.colls {
@@ -485,6 +502,15 @@ func (v View) Memo(k int, build func() []byte) []byte {
 		return build()
 	}
 	return v.e.Memo(k, build)
+}
+
+// Tag returns build's ETag, computed once per near-cache entry and on
+// every call otherwise.
+func (v View) Tag(build func() string) string {
+	if v.e == nil {
+		return build()
+	}
+	return v.e.Tag(build)
 }
 
 func docOf(h map[string]string) change.Doc {

@@ -30,8 +30,7 @@ import (
 
 // Memo slots of an Entry: reply bytes computed once per entry.
 const (
-	MemoJSON  = iota // the HTTP body
-	MemoETag         // its ETag
+	MemoJSON  = iota // the HTTP body (its ETag: Entry.Tag)
 	MemoRESP2        // HGETALL's reply, RESP2
 	MemoRESP3        // HGETALL's reply, RESP3
 	numMemos
@@ -48,6 +47,7 @@ type Entry struct {
 	idle     uint8       // lease periods in a row before this one in which the key was not read
 	hot      bool        // a hot mark (MarkHot), not a copy: no Hash, no lease
 	memo     [numMemos]atomic.Pointer[[]byte]
+	tag      atomic.Pointer[string] // MemoJSON's ETag
 }
 
 // NewEntry returns an entry for h, servable until deadline (Now's clock).
@@ -68,6 +68,17 @@ func (e *Entry) Memo(k int, build func() []byte) []byte {
 	b := build()
 	e.memo[k].CompareAndSwap(nil, &b)
 	return *e.memo[k].Load()
+}
+
+// Tag returns the ETag of MemoJSON's body, built on first use, as Memo
+// does: a string, so that a hit converts nothing.
+func (e *Entry) Tag(build func() string) string {
+	if p := e.tag.Load(); p != nil {
+		return *p
+	}
+	t := build()
+	e.tag.CompareAndSwap(nil, &t)
+	return *e.tag.Load()
 }
 
 // Ticket is taken before a lease request is sent; Install honours it only
@@ -327,6 +338,23 @@ func (c *Cache) Bytes() uint64 { return c.c.WeightedSize() }
 
 // Len is the number of entries held.
 func (c *Cache) Len() int { return c.c.EstimatedSize() }
+
+// Drain drops every entry and refuses the installs of every lease request
+// sent before, as a Revoke of every key would; it calls held for each copy
+// it dropped that was still servable, whose lease the holder may then give
+// back. The holder's step before it leaves the protocol.
+func (c *Cache) Drain(held func(key string, e *Entry)) {
+	for i := range c.stripes {
+		c.stripes[i].epoch.Add(1)
+	}
+	now := Now()
+	for k, e := range c.c.All() {
+		c.c.Invalidate(k)
+		if !e.hot && now < e.deadline && held != nil {
+			held(k, e)
+		}
+	}
+}
 
 // Close stops the cache's goroutines.
 func (c *Cache) Close() { c.c.StopAllGoroutines() }

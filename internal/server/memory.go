@@ -27,7 +27,7 @@ type memoryState struct {
 // until it is fixed; a pinnedMemoryLimit that is not clearly below a
 // primary's maxmemory is warned about. A node whose CONFIG cannot be read
 // was warned about at start.
-func (s *Server) checkMemory(ctx context.Context) {
+func (s *Core) checkMemory(ctx context.Context) {
 	var mu sync.Mutex
 	evicts, policy, least := false, "", int64(0)
 	_ = s.buf.ForEachNode(ctx, func(ctx context.Context, node redis.Cmdable) error {
@@ -61,7 +61,7 @@ func (s *Server) checkMemory(ctx context.Context) {
 
 // setEvicts records whether a primary may evict pinned keys; the watch
 // loop's next fallback applies it.
-func (s *Server) setEvicts(evicts bool, policy string) {
+func (s *Core) setEvicts(evicts bool, policy string) {
 	if s.mem.evicts.Swap(evicts) == evicts {
 		return
 	}
@@ -76,7 +76,7 @@ func (s *Server) setEvicts(evicts bool, policy string) {
 
 // checkNewServer is the guard's check of a server the sidecar has just
 // connected to (a failover): its eviction policy, at once.
-func (s *Server) checkNewServer(ctx context.Context, cn redis.Cmdable) {
+func (s *Core) checkNewServer(ctx context.Context, cn redis.Cmdable) {
 	if mc, err := buffer.ReadMemoryConfig(ctx, cn); err == nil && mc.Evicts() {
 		s.setEvicts(true, mc.Policy)
 	}
@@ -85,7 +85,7 @@ func (s *Server) checkNewServer(ctx context.Context, cn redis.Cmdable) {
 // fallback switches write-back collections and queue families to
 // write-through while pinned memory is over writeback.pinnedMemoryLimit
 // (back once it drains below 80 % of it) or a primary may evict pinned keys.
-func (s *Server) fallback(pinned, limit int64) {
+func (s *Core) fallback(pinned, limit int64) {
 	switch {
 	case !s.mem.over && pinned > limit:
 		s.mem.over = true

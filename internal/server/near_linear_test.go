@@ -13,18 +13,21 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/testenv"
 	"github.com/writeback/writeback/pkg/client"
+	"github.com/writeback/writeback/pkg/writeback"
 )
 
-// The near cache's linearizability test: several sidecars on one Redis
-// and one PostgreSQL table, each with a near cache, clients on every one
-// of them reading ($set/$inc through both front doors, reads through GET,
-// the multi-read and HGETALL) a few hot documents while the appliers run
-// and a goroutine deletes cache entries behind the sidecars' backs. The
+// The near cache's linearizability test: three sidecars and one embedded
+// client (pkg/writeback) on one Redis and one PostgreSQL table, each with a
+// near cache and appliers, clients on every member writing ($set/$inc
+// through both front doors and the embedded Patch) and reading (GET, the
+// multi-read, HGETALL, the embedded Get and GetMany) a few hot documents
+// while a goroutine deletes cache entries behind the members' backs. The
 // history must be linearizable for a register of (n, s) per document.
 
 // nearOp is an operation of the history.
@@ -102,14 +105,7 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 	const sidecars = 3
 	var srvs []*running
 	for i := range sidecars {
-		cfg, err := config.Parse("test", fmt.Appendf(nil, `listen: 127.0.0.1:0
-listenResp: 127.0.0.1:0
-redis: {addrs: [%q], keyPrefix: %q}
-stores: {pg: {driver: postgres, dsn: %q, maxConns: 4}}
-collections:
-  %s: {store: pg, key: id, nearCache: {maxBytes: 1MiB, leaseTTL: 500ms, hotWindow: %s}}
-writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, instanceID: %s-%d, nearCache: on}
-`, testenv.RedisAddr(t), f.prefix, f.dsn, f.table, hot, f.prefix, i))
+		cfg, err := config.Parse("test", nearYAML(t, f, hot, strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,21 +142,34 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 			}
 		}
 	}()
-	const perSidecar = 3
-	for s, srv := range srvs {
-		hc := client.New(srv.url)
+	// The members: the sidecars, through both front doors, and one
+	// embedded client (pkg/writeback) running appliers too.
+	var members []nearMember
+	for _, srv := range srvs {
 		rc := redis.NewClient(&redis.Options{Addr: srv.srv.RespAddr(), MaxRetries: -1})
 		t.Cleanup(func() { rc.Close() })
-		for k := range perSidecar {
-			cl := s*perSidecar + k
+		members = append(members, &sidecarMember{table: f.table, hc: client.New(srv.url), rc: rc})
+	}
+	reg := prometheus.NewRegistry()
+	db, err := writeback.Open(context.Background(), writeback.Options{Config: nearYAML(t, f, hot, "embedded"), Appliers: true, Registry: reg, Logger: quietLog(), InstanceID: f.prefix + "-embedded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	members = append(members, &embeddedMember{table: f.table, db: db})
+	const perMember = 3
+	// Each client stops after maxOps: the embedded clients' hits take
+	// microseconds, and an unbounded history outgrows porcupine's minute.
+	const maxOps = 3000
+	for s, m := range members {
+		for k := range perMember {
+			cl := s*perMember + k
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				seq := 0
-				for ctx.Err() == nil {
+				for ctx.Err() == nil && seq < maxOps {
 					doc := 1 + rand.IntN(nearDocs)
-					id := strconv.Itoa(doc)
-					key := f.table + "/" + id
 					call := int64(time.Since(start))
 					seq++
 					r := rand.IntN(10)
@@ -172,60 +181,27 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 					switch {
 					case r < 2:
 						v := fmt.Sprintf("c%d-%d", cl, seq)
-						in := nearOp{Doc: doc, Kind: 's', S: v}
-						var err error
-						if r == 0 {
-							_, err = hc.Patch(ctx, f.table, id, map[string]any{"$set": map[string]any{"s": v}})
-						} else {
-							err = rc.HSet(ctx, key, "s", v).Err()
-						}
-						record(cl, in, call, nearState{}, err != nil)
+						err := m.set(ctx, doc, v, r)
+						record(cl, nearOp{Doc: doc, Kind: 's', S: v}, call, nearState{}, err != nil)
 						if err != nil && ctx.Err() == nil {
-							t.Errorf("client %d: write %s: %v", cl, key, err)
+							t.Errorf("client %d: write doc %d: %v", cl, doc, err)
 						}
 					case r < 4:
 						in := nearOp{Doc: doc, Kind: 'i', N: 1 + int64(rand.IntN(5))}
-						var err error
-						if r == 2 {
-							_, err = hc.Patch(ctx, f.table, id, map[string]any{"$inc": map[string]any{"n": in.N}})
-						} else {
-							err = rc.HIncrBy(ctx, key, "n", in.N).Err()
-						}
+						err := m.inc(ctx, doc, in.N, r)
 						record(cl, in, call, nearState{}, err != nil)
 						if err != nil && ctx.Err() == nil {
-							t.Errorf("client %d: write %s: %v", cl, key, err)
+							t.Errorf("client %d: write doc %d: %v", cl, doc, err)
 						}
 					default:
-						in := nearOp{Doc: doc, Kind: 'g'}
-						var (
-							st  nearState
-							err error
-						)
-						switch r {
-						case 4, 5:
-							var raw json.RawMessage
-							if raw, _, err = hc.Get(ctx, f.table, id); err == nil {
-								err = json.Unmarshal(raw, &st)
-							}
-						case 6:
-							var docs []json.RawMessage
-							if docs, err = hc.GetMany(ctx, f.table, []string{id}); err == nil {
-								err = json.Unmarshal(docs[0], &st)
-							}
-						default:
-							var h map[string]string
-							if h, err = rc.HGetAll(ctx, key).Result(); err == nil {
-								st.S = h["s"]
-								st.N, err = strconv.ParseInt(h["n"], 10, 64)
-							}
-						}
+						st, err := m.get(ctx, doc, r)
 						if err != nil {
 							if ctx.Err() == nil {
-								t.Errorf("client %d: read %s: %v", cl, key, err)
+								t.Errorf("client %d: read doc %d: %v", cl, doc, err)
 							}
 							continue
 						}
-						record(cl, in, call, st, false)
+						record(cl, nearOp{Doc: doc, Kind: 'g'}, call, st, false)
 					}
 				}
 			}()
@@ -244,7 +220,17 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 	for _, srv := range srvs {
 		hits += max(srv.metric(t, `writeback_nearcache_hits_total{collection="`+f.table+`"}`), 0)
 	}
-	t.Logf("%d reads (%.0f near-cache hits), %d writes", reads, hits, writes)
+	embHits := 0.0
+	if mfs, err := reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() == "writeback_nearcache_hits_total" {
+				for _, m := range mf.GetMetric() {
+					embHits += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Logf("%d reads (%.0f near-cache hits in the sidecars, %.0f in the embedded client), %d writes", reads, hits, embHits, writes)
 	if reads < 100 || writes < 20 {
 		t.Fatalf("too few operations to tell: %d reads, %d writes", reads, writes)
 	}
@@ -271,8 +257,8 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 			}
 		}
 	}
-	if left > nearDocs*sidecars {
-		t.Errorf("%d lease fields left, more than one per document and sidecar", left)
+	if left > nearDocs*(sidecars+1) {
+		t.Errorf("%d lease fields left, more than one per document and member", left)
 	}
 	t.Logf("%d expired lease fields left", left)
 	res, info := porcupine.CheckOperationsVerbose(nearModel, history, time.Minute)
@@ -281,4 +267,104 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 		_ = porcupine.VisualizePath(nearModel, info, path)
 		t.Fatalf("history is %s (visualization: %s)", res, path)
 	}
+}
+
+// nearYAML is the configuration every member shares; name ends the
+// sidecar's instance id.
+func nearYAML(t *testing.T, f *fixture, hot time.Duration, name string) []byte {
+	return fmt.Appendf(nil, `listen: 127.0.0.1:0
+listenResp: 127.0.0.1:0
+redis: {addrs: [%q], keyPrefix: %q}
+stores: {pg: {driver: postgres, dsn: %q, maxConns: 4}}
+collections:
+  %s: {store: pg, key: id, nearCache: {maxBytes: 1MiB, leaseTTL: 500ms, hotWindow: %s}}
+writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, instanceID: %s-%s, nearCache: on}
+`, testenv.RedisAddr(t), f.prefix, f.dsn, f.table, hot, f.prefix, name)
+}
+
+// nearMember is a member's clients: r picks the front door or call.
+type nearMember interface {
+	set(ctx context.Context, doc int, v string, r int) error
+	inc(ctx context.Context, doc int, n int64, r int) error
+	get(ctx context.Context, doc int, r int) (nearState, error)
+}
+
+// sidecarMember is a sidecar through its HTTP API and its Redis protocol.
+type sidecarMember struct {
+	table string
+	hc    *client.Client
+	rc    *redis.Client
+}
+
+func (m *sidecarMember) set(ctx context.Context, doc int, v string, r int) error {
+	id := strconv.Itoa(doc)
+	if r == 0 {
+		_, err := m.hc.Patch(ctx, m.table, id, map[string]any{"$set": map[string]any{"s": v}})
+		return err
+	}
+	return m.rc.HSet(ctx, m.table+"/"+id, "s", v).Err()
+}
+
+func (m *sidecarMember) inc(ctx context.Context, doc int, n int64, r int) error {
+	id := strconv.Itoa(doc)
+	if r == 2 {
+		_, err := m.hc.Patch(ctx, m.table, id, map[string]any{"$inc": map[string]any{"n": n}})
+		return err
+	}
+	return m.rc.HIncrBy(ctx, m.table+"/"+id, "n", n).Err()
+}
+
+func (m *sidecarMember) get(ctx context.Context, doc int, r int) (st nearState, err error) {
+	id := strconv.Itoa(doc)
+	switch r {
+	case 4, 5:
+		var raw json.RawMessage
+		if raw, _, err = m.hc.Get(ctx, m.table, id); err == nil {
+			err = json.Unmarshal(raw, &st)
+		}
+	case 6:
+		var docs []json.RawMessage
+		if docs, err = m.hc.GetMany(ctx, m.table, []string{id}); err == nil {
+			err = json.Unmarshal(docs[0], &st)
+		}
+	default:
+		var h map[string]string
+		if h, err = m.rc.HGetAll(ctx, m.table+"/"+id).Result(); err == nil {
+			st.S = h["s"]
+			st.N, err = strconv.ParseInt(h["n"], 10, 64)
+		}
+	}
+	return st, err
+}
+
+// embeddedMember is an application embedding writeback.
+type embeddedMember struct {
+	table string
+	db    *writeback.DB
+}
+
+func (m *embeddedMember) set(ctx context.Context, doc int, v string, _ int) error {
+	_, err := m.db.Patch(ctx, m.table, strconv.Itoa(doc), map[string]any{"$set": map[string]any{"s": v}})
+	return err
+}
+
+func (m *embeddedMember) inc(ctx context.Context, doc int, n int64, _ int) error {
+	_, err := m.db.Patch(ctx, m.table, strconv.Itoa(doc), map[string]any{"$inc": map[string]any{"n": n}})
+	return err
+}
+
+func (m *embeddedMember) get(ctx context.Context, doc int, r int) (st nearState, err error) {
+	id := strconv.Itoa(doc)
+	if r == 6 {
+		var docs []json.RawMessage
+		if docs, err = m.db.GetMany(ctx, m.table, []string{id}); err == nil {
+			err = json.Unmarshal(docs[0], &st)
+		}
+		return st, err
+	}
+	var raw json.RawMessage
+	if raw, _, err = m.db.Get(ctx, m.table, id); err == nil {
+		err = json.Unmarshal(raw, &st)
+	}
+	return st, err
 }

@@ -15,8 +15,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -25,14 +23,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/api"
-	"github.com/writeback/writeback/internal/bgt"
-	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/document"
-	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/resp"
-	"github.com/writeback/writeback/internal/rscript"
-	"github.com/writeback/writeback/internal/store"
 )
 
 // Version and Commit are reported by /v1/status and writeback_build_info;
@@ -42,132 +35,37 @@ var (
 	Commit  = "unknown"
 )
 
-// Server is a running sidecar.
+// Server is a running sidecar: a Core behind the front doors.
 type Server struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	rdb      redis.UniversalClient
-	guard    *guard // checks every new Redis server for a rollback
-	inSync   *rscript.InSync
-	mem      memoryState
-	stores   map[string]store.Store
-	buf      *buffer.Buffer
-	app      *bgt.Applier
-	svc      *document.Service
-	m        *metrics.Metrics
-	http     *http.Server
-	ln       net.Listener
-	resp     *resp.Server // nil when listenResp is empty
-	respLn   net.Listener
-	debug    *http.Server // nil when debugListen is empty
-	debugLn  net.Listener
-	sess     *sessions  // Design 2: sessions, queues, mappings
-	warnMu   sync.Mutex // guards warnings: the watch loop adds to them
-	warnings []string
+	*Core
+	http    *http.Server
+	ln      net.Listener
+	resp    *resp.Server // nil when listenResp is empty
+	respLn  net.Listener
+	debug   *http.Server // nil when debugListen is empty
+	debugLn net.Listener
+	sess    *sessions // Design 2: sessions, queues, mappings
 }
 
-// New connects to Redis and the stores, checks them (Redis's eviction
-// policy, every collection's table), and binds the API's listener. Errors
-// are one sentence saying what to fix.
+// New assembles the sidecar's Core (NewCore), its sessions and front
+// doors, and binds their listeners. Errors are one sentence saying what to
+// fix.
 func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log *slog.Logger) (_ *Server, err error) {
-	s := &Server{cfg: cfg, log: log, stores: map[string]store.Store{}}
+	core, err := NewCore(ctx, cfg, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Core: core}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	s.guard = newGuard()
-	s.inSync = rscript.NewInSync()
-	if s.rdb, err = newRedis(cfg.Redis, s.guard.onConnect); err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		return nil, redisRefused(pctx, cfg.Redis, err)
-	}
-	warn, err := buffer.CheckEvictionPolicy(pctx, s.rdb)
-	if err != nil {
-		return nil, err
-	}
-	if warn != "" {
-		s.warn(warn)
-	}
-	if cfg.Redis.Replicas == 0 {
-		if p, err := s.rdb.ConfigGet(pctx, "appendonly").Result(); err == nil && p["appendonly"] == "no" {
-			if sv, err := s.rdb.ConfigGet(pctx, "save").Result(); err == nil && sv["save"] == "" {
-				s.warn("Redis has no persistence (appendonly no, save \"\") and redis.replicas is 0: a Redis restart loses acknowledged writes; enable AOF or replicas")
-			}
-		}
-	}
-
-	names := make([]string, 0, len(cfg.Stores))
-	for name := range cfg.Stores {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		sc := cfg.Stores[name]
-		if !storeUsed(cfg, name) {
-			continue
-		}
-		st, err := store.OpenWith(ctx, sc.Driver, dsnOf(sc), store.Options{MaxConns: sc.MaxConns, Database: sc.Database})
-		if err != nil {
-			return nil, fmt.Errorf("store %s: %v", name, err)
-		}
-		s.stores[name] = st
-	}
-
-	s.m = metrics.New(reg)
-	s.m.SetBuildInfo(Version, Commit)
-	colls := map[string]*document.Collection{}
-	applied := map[string]*bgt.Collection{}
-	for name, cc := range cfg.Collections {
-		st := s.stores[cc.Store]
-		t, err := st.Describe(ctx, cc.Table, cc.Key)
-		if err != nil {
-			return nil, fmt.Errorf("collections.%s: %v", name, err)
-		}
-		colls[name] = &document.Collection{Name: name, Policy: document.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
-		if nc := cc.NearCache; cfg.Writeback.NearCacheOn() && nc.MaxBytes > 0 {
-			colls[name].Near = &document.NearCache{MaxBytes: int64(nc.MaxBytes), LeaseTTL: nc.LeaseTTL.Duration, HotWindow: nc.HotWindow.Duration}
-		}
-		applied[name] = &bgt.Collection{Name: name, StoreName: cc.Store, Store: st, Table: t}
-		s.m.InitCollection(name)
-	}
-
 	wb := cfg.Writeback
-	s.buf = buffer.New(s.rdb, cfg.Redis.KeyPrefix, wb.Partitions, wb.LeaseLifetime.Duration)
-	s.inSync.OnRefuse = s.m.ReplicaShortfalls.Inc
-	s.buf.Replicas, s.buf.ReplicaTimeout, s.buf.InSync = cfg.Redis.Replicas, replicaTimeout, s.inSync
-	s.buf.MaxDeadLetters, s.buf.Combine = wb.MaxDeadLetters, wb.CombineWrites
-	s.app = bgt.New(bgt.Config{
-		InstanceID:   wb.InstanceID,
-		Workers:      wb.Workers,
-		BatchSize:    wb.BatchSize,
-		OwnerLease:   wb.OwnerLease.Duration,
-		PollInterval: wb.PollInterval.Duration,
-		MaxRetries:   wb.MaxRetries,
-		RetryBackoff: wb.RetryBackoff.Duration,
-	}, s.buf, applied, s.m, log)
-	s.buf.Reseed = s.app.Prepare
-	// From here on every Redis server the sidecar connects to is checked
-	// for a rollback before its first command; Prepare checks the ones it
-	// is connected to already.
-	s.guard.start(s.app, s.checkNewServer)
-	if err := s.app.Prepare(ctx); err != nil {
-		return nil, err
-	}
-	s.checkMemory(ctx)
-	s.svc = document.New(s.buf, s.app, colls, s.m)
-	// Subscribed before the front doors open: no lease is taken before
-	// this sidecar can hear its revocations.
-	if err := s.svc.StartNear(ctx, wb.InstanceID); err != nil {
-		return nil, err
-	}
 	if err := s.newSessions(ctx, reg); err != nil {
 		return nil, err
 	}
+	s.pinned = s.sess.pinned.Load
 	h := api.New(api.Options{
 		Token:        cfg.Auth.Token,
 		AdminToken:   cfg.Auth.AdminToken,
@@ -332,19 +230,6 @@ func redisRefused(ctx context.Context, c config.Redis, err error) error {
 	return fmt.Errorf("cannot reach Redis (%s mode, %s): %s; %s", c.Mode, strings.Join(c.Addrs, ","), document.OneLine(msg), hint)
 }
 
-func (s *Server) warn(msg string) {
-	s.warnMu.Lock()
-	s.warnings = append(s.warnings, msg)
-	s.warnMu.Unlock()
-	s.log.Warn(msg)
-}
-
-func (s *Server) currentWarnings() []string {
-	s.warnMu.Lock()
-	defer s.warnMu.Unlock()
-	return slices.Clone(s.warnings)
-}
-
 func storeUsed(cfg *config.Config, name string) bool {
 	for _, c := range cfg.Collections {
 		if c.Store == name {
@@ -390,15 +275,7 @@ func (s *Server) Run(ctx context.Context) error {
 	appCtx, stopApp := context.WithCancel(context.Background())
 	defer stopApp()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_ = s.app.Run(appCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.watch(appCtx)
-	}()
+	s.Start(appCtx, &wg, true)
 	s.sess.run(appCtx, &wg)
 	errc := make(chan error, 2)
 	go func() { errc <- s.http.Serve(s.ln) }()
@@ -447,67 +324,8 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// watch refreshes the gauges that reflect Redis state, and switches
-// write-back collections and queue families to write-through while pinned
-// memory (buffered writes and pending sessions) is above
-// writeback.pinnedMemoryLimit (back once it drains below 80 % of it).
-func (s *Server) watch(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	limit := int64(s.cfg.Writeback.PinnedMemoryLimit)
-	// A Redis that rolls back without dropping connections (DEBUG RELOAD,
-	// a replica resync) is caught by the periodic check.
-	nextCheck := time.Now().Add(rollbackCheckEvery)
-	for {
-		if time.Now().After(nextCheck) {
-			nextCheck = time.Now().Add(rollbackCheckEvery)
-			if err := s.app.Prepare(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("periodic Redis rollback check failed", "err", err)
-			}
-			s.checkMemory(ctx)
-		}
-		if s.cfg.Redis.Replicas > 0 {
-			// A failed read leaves the last count: WAIT still guards.
-			if n, err := s.inSync.Refresh(ctx, s.rdb); err == nil {
-				s.m.ReplicasInSync.Set(float64(n))
-			}
-
-		}
-		st, err := s.buf.Stats(ctx)
-		switch {
-		case err == nil:
-			s.m.RedisUp.Set(1)
-		case ctx.Err() == nil:
-			s.m.RedisUp.Set(0)
-		}
-		if err == nil {
-			s.m.PendingChanges.Set(float64(st.PendingChanges))
-			s.m.PendingDocuments.Set(float64(st.PendingDocuments))
-			s.m.PinnedBytes.Set(float64(st.PinnedBytes))
-			s.m.OldestPendingAge.Set(st.OldestPending.Seconds())
-			s.m.DeadLetters.Set(float64(st.DeadLetters))
-			s.m.DeadLettersDropped.Set(float64(st.DeadLettersDropped))
-			s.fallback(st.PinnedBytes+s.sess.pinned.Load(), limit)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 func (s *Server) close() {
-	if s.svc != nil {
-		s.svc.StopNear()
-	}
 	s.sess.close()
-	for _, st := range s.stores {
-		_ = st.Close()
-	}
-	if s.rdb != nil {
-		_ = s.rdb.Close()
-	}
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
@@ -520,4 +338,5 @@ func (s *Server) close() {
 	if s.debugLn != nil {
 		_ = s.debugLn.Close()
 	}
+	s.Core.close()
 }

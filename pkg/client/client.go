@@ -73,11 +73,18 @@ type Error struct {
 	RetryAfter time.Duration
 	// Retry is the body's "retry": sending the request again is safe.
 	Retry bool
+	// Cause is the underlying error when the answer comes from the
+	// embedded mode (pkg/writeback), which classifies its errors as the
+	// HTTP API does; nil from the HTTP API.
+	Cause error
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("client: %d %s: %s", e.StatusCode, e.Code, e.Message)
 }
+
+// Unwrap returns Cause.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // IsNotFound reports whether err is a 404 not_found answer.
 func IsNotFound(err error) bool { return hasCode(err, CodeNotFound, http.StatusNotFound) }
