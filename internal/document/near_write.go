@@ -1,0 +1,148 @@
+package document
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/nearcache"
+)
+
+// The near cache's write side: a write that found other holders waits
+// for them (awaitLeases), and a write of a document this sidecar holds a
+// copy of keeps its copy current (nearWrite). See near.go for the protocol.
+
+// awaitLeases waits, after a Leased answer, until a holder of the
+// document's leases released (its message) or a short poll interval
+// passed, at most until the last lease expires (wait); the caller then
+// writes again. attempt is the number of waits so far.
+func (s *Service) awaitLeases(ctx context.Context, r Ref, wait time.Duration, attempt int) error {
+	poll := min(2*time.Millisecond<<min(attempt, 5), 50*time.Millisecond)
+	d := min(wait+time.Millisecond, poll)
+	ns := s.near
+	if ns == nil {
+		return sleepCtx(ctx, d)
+	}
+	rec := s.buf.LeaseRecord(r.Coll.Name, r.ID)
+	w := make(chan struct{})
+	ns.mu.Lock()
+	ns.waiters[rec] = append(ns.waiters[rec], w)
+	ns.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w:
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	// Not woken: take the channel out, or waiters for a holder that never
+	// releases would pile up.
+	ns.mu.Lock()
+	ws := ns.waiters[rec]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+		if len(ws) == 0 {
+			delete(ns.waiters, rec)
+		} else {
+			ns.waiters[rec] = ws
+		}
+	}
+	ns.mu.Unlock()
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// nearOptions makes a write to c wait for its near-cache lease holders.
+// It marks the document hot only when sent again after revoking other
+// sidecars' leases (drive): a document written only through this sidecar,
+// or read nowhere else, keeps being leased, and its writes wait for no one.
+func (c *Collection) nearOptions(o *buffer.WriteOptions) {
+	if c.near != nil {
+		o.Near = true
+	}
+}
+
+// nearWrite is a local write of a near-cached document in progress
+// (beginWrite … end).
+type nearWrite struct {
+	s      *Service
+	c      *Collection
+	id     string
+	held   bool // a copy was dropped: the document is read here
+	gen    uint64
+	ticket nearcache.Ticket
+	sent   int64 // before any request of the write was sent
+}
+
+// beginWrite drops this sidecar's copy of a document it is about to write
+// and refuses new ones until end. If it held a copy, the document is read
+// here: the write asks Redis for a lease on the value it leaves (options),
+// and end installs that value — a sidecar's own write updates its copy in
+// place, with no Redis round trip of its own. It returns nil for a
+// collection without a near cache.
+func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
+	if c.near == nil {
+		return nil
+	}
+	w := &nearWrite{s: s, c: c, id: id, held: c.near.cache.BeginWrite(id)}
+	if w.held {
+		w.ticket, w.gen, w.sent = c.near.cache.Ticket(id), s.near.gen.Add(1), nearcache.Now()
+	}
+	return w
+}
+
+// options asks the write for a lease on the value it leaves, if a copy was
+// held (buffer.WriteOptions.Grant).
+func (w *nearWrite) options(o *buffer.WriteOptions) {
+	if w != nil && w.held {
+		o.Grant, o.LeaseTTL = w.gen, w.c.near.cfg.LeaseTTL
+	}
+}
+
+// end ends the write. entry is the value it left, on which it was granted
+// the lease (buffer.WriteResult.Entry), or nil: then a held copy is leased
+// again in the background (the renewer's lease read, a ticket taken after
+// the write) — a document that other sidecars' writes made hot is refused
+// the lease (LeaseHot) and marked hot here too. failed says the write's
+// outcome is unknown: a lease it may have been granted goes back.
+func (w *nearWrite) end(entry map[string]string, failed bool) {
+	if w == nil {
+		return
+	}
+	n := w.c.near
+	if entry == nil {
+		n.cache.EndWrite(w.id)
+		if w.held && failed {
+			w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
+		} else if w.held {
+			select {
+			case n.renew <- w.id:
+			default:
+			}
+		}
+		return
+	}
+	e := nearcache.NewEntry(entry, w.gen, w.sent+int64(n.cfg.LeaseTTL-LeaseMargin))
+	if !n.cache.EndWriteInstall(w.ticket, e) {
+		// A revocation or another local write came in between: no copy,
+		// and the lease goes back.
+		n.refuse.Inc()
+		w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
+		return
+	}
+	n.leases[buffer.LeaseGranted].Inc()
+}
