@@ -81,6 +81,29 @@ func (e *Entry) Tag(build func() string) string {
 	return *e.tag.Load()
 }
 
+// keepMemos makes e share old's document and reply bytes if both hold the
+// same value: a renewal usually leases again what the copy held, and its
+// replies need not be encoded again.
+func (e *Entry) keepMemos(old *Entry) {
+	if len(e.Hash) != len(old.Hash) {
+		return
+	}
+	for f, v := range e.Hash {
+		if w, ok := old.Hash[f]; !ok || w != v {
+			return
+		}
+	}
+	e.Hash = old.Hash
+	for k := range e.memo {
+		if p := old.memo[k].Load(); p != nil {
+			e.memo[k].CompareAndSwap(nil, p)
+		}
+	}
+	if p := old.tag.Load(); p != nil {
+		e.tag.CompareAndSwap(nil, p)
+	}
+}
+
 // Ticket is taken before a lease request is sent; Install honours it only
 // if nothing revoked or wrote the key since.
 type Ticket struct {
@@ -242,10 +265,12 @@ func (c *Cache) Install(t Ticket, e *Entry) bool {
 		}
 		if found && !old.hot {
 			// A renewal, or a read after the copy expired: carry on
-			// counting the periods the key went unread.
+			// counting the periods the key went unread, and keep the
+			// reply bytes built for the same value.
 			if !old.used.Load() {
 				e.idle = min(old.idle, 254) + 1
 			}
+			e.keepMemos(old)
 		}
 		ok = true
 		return e, otter.WriteOp

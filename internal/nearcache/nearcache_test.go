@@ -254,3 +254,32 @@ func TestHotMarks(t *testing.T) {
 		t.Fatal("an expired hot mark counts")
 	}
 }
+
+// A renewal of the same value keeps the reply bytes built for it; one of a
+// new value builds them again.
+func TestRenewalKeepsMemos(t *testing.T) {
+	c, err := New(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	builds := 0
+	build := func() []byte { builds++; return []byte("reply") }
+	install := func(h map[string]string) *Entry {
+		e := NewEntry(h, 1, Now()+int64(time.Minute))
+		if !c.Install(c.Ticket("k"), e) {
+			t.Fatal("not installed")
+		}
+		return e
+	}
+	install(map[string]string{"a": "1", "b": "2"}).Memo(MemoRESP2, build)
+	install(map[string]string{"a": "1", "b": "2"}).Memo(MemoRESP2, build)
+	if builds != 1 {
+		t.Fatalf("%d builds: a renewal of the same value encoded its reply again", builds)
+	}
+	install(map[string]string{"a": "1", "b": "3"}).Memo(MemoRESP2, build)
+	install(map[string]string{"a": "1"}).Memo(MemoRESP2, build)
+	if builds != 3 {
+		t.Fatalf("%d builds, want 3: a new value must not reuse the old reply", builds)
+	}
+}

@@ -160,6 +160,28 @@ type conn struct {
 	free  []*docOrder
 
 	stopping atomic.Bool // set by Shutdown: stop reading, finish, close
+
+	wdl atomic.Int64 // the write deadline set last (Unix ns): armWrite
+}
+
+// armWrite gives the next write at least Options.WriteTimeout: it moves the
+// connection's write deadline to one and a half timeouts from now only when
+// less than one is left, so that most replies change no timer (setting a
+// deadline costs a runtime timer update per reply otherwise). A client
+// that reads none of its replies is disconnected after one to one and a
+// half timeouts.
+func (c *conn) armWrite() {
+	d := c.s.opt.WriteTimeout
+	if d <= 0 {
+		return
+	}
+	now := time.Now()
+	if time.Duration(c.wdl.Load()-now.UnixNano()) >= d {
+		return
+	}
+	dl := now.Add(d + d/2)
+	c.wdl.Store(dl.UnixNano())
+	_ = c.nc.SetWriteDeadline(dl)
 }
 
 // docOrder is what a connection's next command on one document must wait
@@ -344,9 +366,7 @@ func (c *conn) direct(j *job) bool {
 		return false
 	}
 	c.answerCached(j, e)
-	if d := c.s.opt.WriteTimeout; d > 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(d))
-	}
+	c.armWrite()
 	if _, err := c.nc.Write(j.out); err != nil {
 		c.cancel()
 		c.nc.Close()
@@ -516,9 +536,7 @@ func (c *conn) writeLoop() {
 			return
 		}
 		pending = false
-		if d := c.s.opt.WriteTimeout; d > 0 {
-			_ = c.nc.SetWriteDeadline(time.Now().Add(d))
-		}
+		c.armWrite()
 		if err := w.Flush(); err != nil {
 			// The client is gone, or does not read its replies
 			// (Options.WriteTimeout): stop the commands still running

@@ -45,8 +45,8 @@ type Options struct {
 	// closed, as Redis does past maxclients.
 	MaxConnections int
 	// WriteTimeout bounds how long a write of replies may block on a
-	// client that does not read them (0: for ever); past it the
-	// connection is closed.
+	// client that does not read them (0: for ever); past it (and before
+	// one and a half of it: conn.armWrite) the connection is closed.
 	WriteTimeout time.Duration
 	Version      string // writeback's version, reported by INFO
 	InstanceID   string // this sidecar's name, reported by INFO

@@ -1,0 +1,204 @@
+package benchmarks
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tidwall/redcon"
+
+	"github.com/writeback/writeback/benchmarks/ycsb"
+)
+
+// The bound of YCSB C through the Redis-protocol front door (issue 17's
+// "C ≥ 1.5× the database"): with the near cache, a read is answered from
+// the sidecar's memory, so the front door can be no faster than a bare
+// Redis-protocol server that answers HGETALL with bytes it already holds
+// and does nothing else (mapServer: redcon and a Go map, the reply
+// encoded once). Measured side by side, in rounds, with the same
+// one-at-a-time clients (go-redis, as YCSB's RESP client; pgx through
+// database/sql for the database, as YCSB's database client), on this
+// machine where the clients and the server share the CPUs:
+//
+//	postgres   the database alone: YCSB's point read
+//	map        the bare server: the ceiling of any Redis-protocol front door
+//	near       the front door with the near cache (default lease, 2 s)
+//
+// Reported: the medians of the throughputs and of the per-round ratios
+// near/map (how close the front door gets to the bound), map/postgres
+// (the bound on C's ratio) and near/postgres (C's ratio). b.N is ignored.
+func BenchmarkNearHitBound(b *testing.B) {
+	const rounds, window = 5, time.Second
+	db := setup(b)
+	near := nearSetup(b, 2*time.Second)
+	ctx := context.Background()
+
+	srv, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.close()
+	mapc, nearc := respClient(srv.addr()), respClient(near.RespAddr())
+	defer mapc.Close()
+	defer nearc.Close()
+	hgetall := func(c *redis.Client) func(ctx context.Context, r *rand.Rand, n int) error {
+		return func(ctx context.Context, r *rand.Rand, n int) error {
+			k := spec.Table + "/" + randomKey(r)
+			if c == mapc {
+				k = randomKey(r)
+			}
+			m, err := c.HGetAll(ctx, k).Result()
+			if err != nil {
+				return err
+			}
+			if len(m) != spec.Fields {
+				return fmt.Errorf("%s: %d fields, want %d", k, len(m), spec.Fields)
+			}
+			return nil
+		}
+	}
+	// A client per goroutine, as YCSB has one per thread.
+	sqlcs := make(chan ycsb.Client, parallelism*runtime.GOMAXPROCS(0))
+	for range cap(sqlcs) {
+		c, err := db.NewClient(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		sqlcs <- c
+	}
+	pg := respVariant{"postgres", func(ctx context.Context, r *rand.Rand, n int) error {
+		c := <-sqlcs
+		defer func() { sqlcs <- c }()
+		_, err := c.Read(ctx, randomKey(r), true)
+		return err
+	}, true}
+	vs := []respVariant{pg, {"map", hgetall(mapc), true}, {"near", hgetall(nearc), true}}
+
+	runs, ratios := map[string][]float64{}, map[string][]float64{}
+	b.ResetTimer()
+	for range rounds {
+		round := map[string]float64{}
+		for _, v := range vs {
+			if v.name == "near" {
+				// As in nearSideBySide: the other windows outlast the lease.
+				if err := nearWarm(ctx, near); err != nil {
+					b.Fatal(err)
+				}
+			}
+			round[v.name] = measure(b, v, window)
+			runs[v.name] = append(runs[v.name], round[v.name])
+		}
+		ratios["near/map"] = append(ratios["near/map"], round["near"]/round["map"])
+		ratios["map/postgres"] = append(ratios["map/postgres"], round["map"]/round["postgres"])
+		ratios["near/postgres"] = append(ratios["near/postgres"], round["near"]/round["postgres"])
+	}
+	b.StopTimer()
+	median := func(xs []float64) float64 { return slices.Sorted(slices.Values(xs))[len(xs)/2] }
+	for k, xs := range runs {
+		b.ReportMetric(median(xs), k+"-ops/s")
+	}
+	for k, xs := range ratios {
+		b.ReportMetric(median(xs), k)
+	}
+	b.Logf("throughput per round: %v", runs)
+	b.Logf("ratios per round: %v", ratios)
+}
+
+// mapServer is the bound: a Redis-protocol server that answers HGETALL
+// <key> with the reply bytes of a hash it copied from Redis at start, and
+// refuses everything else (go-redis tolerates its HELLO being refused).
+type mapServer struct {
+	ln      net.Listener
+	replies map[string][]byte
+	wg      sync.WaitGroup
+}
+
+// startMapServer copies the hashes under prefix (spec.Records of them) and
+// serves them by their names without the prefix.
+func startMapServer(ctx context.Context, rdb *redis.Client, prefix string) (*mapServer, error) {
+	s := &mapServer{replies: make(map[string][]byte, spec.Records)}
+	for rec := range spec.Records {
+		k := ycsb.Key(rec)
+		h, err := rdb.HGetAll(ctx, prefix+k).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(h) != spec.Fields {
+			return nil, fmt.Errorf("the reference server: %s has %d fields", prefix+k, len(h))
+		}
+		var buf []byte
+		buf = redcon.AppendArray(buf, 2*len(h))
+		for f, v := range h {
+			buf = redcon.AppendBulkString(buf, f)
+			buf = redcon.AppendBulkString(buf, v)
+		}
+		s.replies[k] = buf
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.serve(c)
+			}()
+		}
+	}()
+	return s, nil
+}
+
+func (s *mapServer) addr() string { return s.ln.Addr().String() }
+
+// serve answers one connection: every command it read is answered, then
+// the answers go in one write, as a server that batches its replies does.
+func (s *mapServer) serve(c net.Conn) {
+	defer c.Close()
+	rd := redcon.NewReader(c)
+	var out []byte
+	for {
+		cmds, err := rd.ReadCommands()
+		if err != nil {
+			return
+		}
+		out = out[:0]
+		for _, cmd := range cmds {
+			if len(cmd.Args) == 2 && bytes.EqualFold(cmd.Args[0], []byte("hgetall")) {
+				if r, ok := s.replies[string(cmd.Args[1])]; ok {
+					out = append(out, r...)
+					continue
+				}
+				out = redcon.AppendArray(out, 0)
+				continue
+			}
+			out = redcon.AppendError(out, "ERR the reference server knows only HGETALL, not "+strings.ToUpper(string(cmd.Args[0])))
+		}
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+func (s *mapServer) close() {
+	s.ln.Close()
+	s.wg.Wait()
+}
