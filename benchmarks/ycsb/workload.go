@@ -135,6 +135,11 @@ func (w *Workload) Run(ctx context.Context, clients []Client) (*Result, error) {
 	for i := range runs {
 		runs[i] = &clientRun{w: w, id: i, c: clients[i], phase: &phase, model: NewModel(w.Spec.Fields),
 			r: rand.New(rand.NewPCG(w.Seed, uint64(i)+1))}
+	}
+	watched := make(chan struct{})
+	go w.watch(runs, watched)
+	defer close(watched)
+	for i := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -206,9 +211,79 @@ type clientRun struct {
 	errorSamples   []string
 	checks, stale  int64
 	staleSamples   []string
+
+	// The operations' context: one per client, cancelled by the run's
+	// watchdog once an operation has run for OpTimeout (opCtx).
+	mu      sync.Mutex // guards ocancel against the watchdog
+	octx    context.Context
+	ocancel context.CancelCauseFunc
+	opStart atomic.Int64 // Unix ns of the operation in flight; 0: none
+}
+
+// errOpTimeout is the cause of an operation's cancellation by the watchdog.
+var errOpTimeout = errors.New("no answer within the operation timeout")
+
+// opCtx returns the context of the client's next operation, and its start.
+// A per-operation context.WithTimeout costs a timer per operation — more
+// than a near-cache hit of the embedded mode — so the run has one watchdog
+// instead (watch), which cancels an operation's context once it has run
+// for OpTimeout; the next operation gets a fresh one.
+func (cr *clientRun) opCtx(ctx context.Context) (context.Context, time.Time) {
+	if cr.octx == nil || cr.octx.Err() != nil {
+		octx, cancel := context.WithCancelCause(ctx)
+		cr.mu.Lock()
+		if cr.ocancel != nil {
+			cr.ocancel(nil)
+		}
+		cr.octx, cr.ocancel = octx, cancel
+		cr.mu.Unlock()
+	}
+	start := time.Now()
+	cr.opStart.Store(start.UnixNano())
+	return cr.octx, start
+}
+
+// opDone ends the operation opCtx began; an error of an operation the
+// watchdog cancelled says so.
+func (cr *clientRun) opDone(err error) error {
+	cr.opStart.Store(0)
+	if err != nil && errors.Is(context.Cause(cr.octx), errOpTimeout) {
+		return fmt.Errorf("%w (%v): %v", errOpTimeout, cr.w.OpTimeout, err)
+	}
+	return err
+}
+
+// watch cancels, until done is closed, the operations of runs that have
+// run for OpTimeout.
+func (w *Workload) watch(runs []*clientRun, done <-chan struct{}) {
+	t := time.NewTicker(max(w.OpTimeout/10, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			for _, cr := range runs {
+				if s := cr.opStart.Load(); s != 0 && now.UnixNano()-s >= int64(w.OpTimeout) {
+					cr.mu.Lock()
+					if cr.ocancel != nil {
+						cr.ocancel(errOpTimeout)
+					}
+					cr.mu.Unlock()
+				}
+			}
+		}
+	}
 }
 
 func (cr *clientRun) loop(ctx context.Context) {
+	defer func() {
+		cr.mu.Lock()
+		if cr.ocancel != nil {
+			cr.ocancel(nil)
+		}
+		cr.mu.Unlock()
+	}()
 	w := cr.w
 	n := int64(w.Clients)
 	for ctx.Err() == nil {
@@ -238,11 +313,10 @@ func (cr *clientRun) loop(ctx context.Context) {
 func (cr *clientRun) read(ctx context.Context, rec int64, measured bool) {
 	check := cr.own(rec)
 	key := Key(rec)
-	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
-	start := time.Now()
+	octx, start := cr.opCtx(ctx)
 	row, err := cr.c.Read(octx, key, check)
 	took := time.Since(start)
-	cancel()
+	err = cr.opDone(err)
 	if err != nil {
 		cr.fail(ctx, "read", key, err)
 		return
@@ -286,11 +360,10 @@ func (cr *clientRun) done() {
 func (cr *clientRun) scan(ctx context.Context, rec int64, measured bool) {
 	n := cr.w.ScanLength
 	key := Key(rec)
-	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
-	start := time.Now()
+	octx, start := cr.opCtx(ctx)
 	recs, err := cr.c.(Scanner).Scan(octx, key, n)
 	took := time.Since(start)
-	cancel()
+	err = cr.opDone(err)
 	if err != nil {
 		cr.fail(ctx, "scan", key, err)
 		return
@@ -325,11 +398,9 @@ func (cr *clientRun) update(ctx context.Context, rec int64, measured bool) {
 	key := Key(rec)
 	field := cr.r.IntN(cr.w.Spec.Fields)
 	value := RandomValue(cr.r, cr.w.Spec.FieldSize)
-	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
-	start := time.Now()
-	err := cr.c.Update(octx, key, field, value)
+	octx, start := cr.opCtx(ctx)
+	err := cr.opDone(cr.c.Update(octx, key, field, value))
 	took := time.Since(start)
-	cancel()
 	if err != nil {
 		cr.model.Fail(rec, field, value)
 		cr.fail(ctx, "update", key, err)
@@ -349,11 +420,9 @@ func (cr *clientRun) updateAll(ctx context.Context, rec int64, measured bool) {
 	for f := range row {
 		row[f] = RandomValue(cr.r, cr.w.Spec.FieldSize)
 	}
-	octx, cancel := context.WithTimeout(ctx, cr.w.OpTimeout)
-	start := time.Now()
-	err := cr.c.(RecordUpdater).UpdateRecord(octx, key, row)
+	octx, start := cr.opCtx(ctx)
+	err := cr.opDone(cr.c.(RecordUpdater).UpdateRecord(octx, key, row))
 	took := time.Since(start)
-	cancel()
 	for f, v := range row {
 		if err != nil {
 			cr.model.Fail(rec, f, v)
