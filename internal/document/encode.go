@@ -87,13 +87,24 @@ func (s *Service) GetJSON(ctx context.Context, coll, id string) (body []byte, et
 // read. A near-cache hit's body is the entry's, encoded once, so the bodies
 // may be shared: do not modify them.
 func (s *Service) GetManyJSON(ctx context.Context, refs []Ref) ([]json.RawMessage, error) {
+	return s.getManyEncoded(ctx, refs,
+		func(r Ref, e *nearcache.Entry) []byte {
+			return e.Memo(nearcache.MemoJSON, func() []byte { return EncodeJSON(r.Coll.Table.Schema, docOf(e.Hash)) })
+		},
+		func(r Ref, doc Hash) []byte { return EncodeJSON(r.Coll.Table.Schema, docOf(doc)) })
+}
+
+// getManyEncoded reads refs as GetMany does and returns each document
+// encoded — from its near-cache entry by hit, from its value by fromDoc —
+// in order, "null" for a missing document; any other failure fails the
+// whole read.
+func (s *Service) getManyEncoded(ctx context.Context, refs []Ref, hit func(Ref, *nearcache.Entry) []byte, fromDoc func(Ref, Hash) []byte) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, len(refs))
 	var rest []Ref
 	var at []int // rest[k] is refs[at[k]]
 	for i, r := range refs {
 		if e, ok := s.Cached(r); ok {
-			sch := r.Coll.Table.Schema
-			out[i] = e.Memo(nearcache.MemoJSON, func() []byte { return EncodeJSON(sch, docOf(e.Hash)) })
+			out[i] = hit(r, e)
 			continue
 		}
 		rest, at = append(rest, r), append(at, i)
@@ -112,7 +123,7 @@ func (s *Service) GetManyJSON(ctx context.Context, refs []Ref) ([]json.RawMessag
 		case err != nil:
 			errs[k] = err
 		default:
-			out[at[k]] = EncodeJSON(rest[k].Coll.Table.Schema, docOf(doc))
+			out[at[k]] = fromDoc(rest[k], doc)
 		}
 	})
 	wg.Wait()
@@ -186,38 +197,9 @@ func (s *Service) GetFields(ctx context.Context, coll, id string, fields []strin
 // GetManyFields reads refs as GetManyJSON does and returns only the named
 // fields of each document, "null" for a missing one.
 func (s *Service) GetManyFields(ctx context.Context, refs []Ref, fields []string) ([]json.RawMessage, error) {
-	out := make([]json.RawMessage, len(refs))
-	var rest []Ref
-	var at []int // rest[k] is refs[at[k]]
-	for i, r := range refs {
-		if e, ok := s.Cached(r); ok {
-			out[i] = EncodeFields(fields, hashGetter(e.Hash))
-			continue
-		}
-		rest, at = append(rest, r), append(at, i)
-	}
-	if len(rest) == 0 {
-		return out, nil
-	}
-	errs := make([]error, len(rest))
-	var wg sync.WaitGroup
-	wg.Add(len(rest))
-	s.GetMany(ctx, rest, func(k int, doc Hash, err error) {
-		defer wg.Done()
-		switch {
-		case errors.Is(err, ErrNotFound):
-			out[at[k]] = json.RawMessage("null")
-		case err != nil:
-			errs[k] = err
-		default:
-			out[at[k]] = EncodeFields(fields, hashGetter(doc))
-		}
-	})
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return s.getManyEncoded(ctx, refs,
+		func(_ Ref, e *nearcache.Entry) []byte { return EncodeFields(fields, hashGetter(e.Hash)) },
+		func(_ Ref, doc Hash) []byte { return EncodeFields(fields, hashGetter(doc)) })
 }
 
 func hashGetter(h map[string]string) func(string) (string, bool) {
