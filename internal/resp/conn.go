@@ -36,8 +36,12 @@ type job struct {
 	out   []byte    // the encoded reply, complete when done is closed
 	code  int       // HTTP-equivalent status, for metrics
 	close bool      // close the connection after writing the reply
-	done  chan struct{}
-	pbuf  *[]byte // out's buffer when it came from replyPool
+	// done is closed when the reply is complete. It is made (ready) only
+	// when the job is pushed or scheduled, the only ways anyone may wait
+	// for it: a near-cache hit answered at once (direct) needs none.
+	done     chan struct{}
+	finished bool    // finish ran before ready
+	pbuf     *[]byte // out's buffer when it came from replyPool
 
 	// What the command still has to do, set when it is prepared. A job
 	// with none of read, fw and run was answered then.
@@ -278,14 +282,37 @@ func protocolMessage(err error) (string, bool) {
 	return "", false
 }
 
+// jobPool recycles the jobs answered at once (direct), which nothing else
+// ever saw.
+var jobPool = sync.Pool{New: func() any { return new(job) }}
+
 func (c *conn) newJob(op string) *job {
-	return &job{op: op, start: time.Now(), proto: c.proto, done: make(chan struct{})}
+	j := jobPool.Get().(*job)
+	*j = job{op: op, start: time.Now(), proto: c.proto}
+	return j
+}
+
+// closedDone is the done of a job finished before anyone could wait for it.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// ready makes j's done before it can be waited for (push, schedule); the
+// reader calls it, as it calls finish for the jobs answered when prepared.
+func (j *job) ready() {
+	if j.done != nil {
+		return
+	}
+	if j.finished {
+		j.done = closedDone
+		return
+	}
+	j.done = make(chan struct{})
 }
 
 // push hands j to the writer. When maxInflight commands are waiting for
 // their replies it blocks — after dispatching the current batch, whose
 // commands the writer may be waiting for.
 func (c *conn) push(j *job) {
+	j.ready()
 	c.wmu.Lock()
 	c.queued++
 	c.wmu.Unlock()
@@ -319,6 +346,11 @@ func (c *conn) finish(j *job) {
 			}
 		}
 		c.omu.Unlock()
+	}
+	if j.done == nil {
+		// Answered before it was pushed or scheduled: nobody waits yet.
+		j.finished = true
+		return
 	}
 	close(j.done)
 }
@@ -372,6 +404,7 @@ func (c *conn) direct(j *job) bool {
 		c.nc.Close()
 	}
 	j.release()
+	jobPool.Put(j)
 	return true
 }
 

@@ -62,6 +62,7 @@ type Server struct {
 	log *slog.Logger
 
 	series sync.Map // seriesKey → prometheus.Counter or prometheus.Observer, looked up once
+	ok200  sync.Map // op → *opSeries: the series of an op's successes, in one lookup
 
 	ctx    context.Context // parent of every command's context
 	cancel context.CancelFunc
@@ -87,6 +88,17 @@ func New(opt Options, svc *document.Service, buf *buffer.Buffer, app *bgt.Applie
 	return s
 }
 
+// opSeries are an op's duration histogram and its count of successes.
+type opSeries struct {
+	dur prometheus.Observer
+	ok  prometheus.Counter
+}
+
+func (o *opSeries) observe(d time.Duration) {
+	o.dur.Observe(d.Seconds())
+	o.ok.Inc()
+}
+
 // seriesKey names a series of writeback_requests_total (code != 0) or
 // writeback_request_duration_seconds (code == 0).
 type seriesKey struct {
@@ -97,6 +109,16 @@ type seriesKey struct {
 // observe counts one command in writeback_requests_total and
 // writeback_request_duration_seconds, whose series it looks up once.
 func (s *Server) observe(op string, code int, d time.Duration) {
+	if code == 200 {
+		// The common case in one lookup: near-cache hits answer in a
+		// few microseconds, and two lookups were a tenth of that.
+		o, ok := s.ok200.Load(op)
+		if !ok {
+			o, _ = s.ok200.LoadOrStore(op, &opSeries{s.m.RequestDuration.WithLabelValues(op), s.m.Requests.WithLabelValues(op, codeLabel(200))})
+		}
+		o.(*opSeries).observe(d)
+		return
+	}
 	dur, ok := s.series.Load(seriesKey{op, 0})
 	if !ok {
 		dur, _ = s.series.LoadOrStore(seriesKey{op, 0}, s.m.RequestDuration.WithLabelValues(op))
