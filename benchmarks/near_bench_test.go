@@ -74,6 +74,18 @@ func nearSetup(b *testing.B, lease time.Duration) *sidecar.Sidecar {
 	return sc
 }
 
+// reportMedians reports the medians of each variant's throughputs per round
+// (<name>-ops/s) and of each ratio per round.
+func reportMedians(b *testing.B, runs, ratios map[string][]float64) {
+	median := func(xs []float64) float64 { return slices.Sorted(slices.Values(xs))[len(xs)/2] }
+	for k, xs := range runs {
+		b.ReportMetric(median(xs), k+"-ops/s")
+	}
+	for k, xs := range ratios {
+		b.ReportMetric(median(xs), k)
+	}
+}
+
 // nearWarm reads every document through sc's front door, in pipelines.
 func nearWarm(ctx context.Context, sc *sidecar.Sidecar) error {
 	c := respClient(sc.RespAddr())
@@ -164,13 +176,7 @@ func nearSideBySide(b *testing.B, one bool) {
 		}
 	}
 	b.StopTimer()
-	median := func(xs []float64) float64 { return slices.Sorted(slices.Values(xs))[len(xs)/2] }
-	for k, xs := range runs {
-		b.ReportMetric(median(xs), k+"-ops/s")
-	}
-	for k, xs := range ratios {
-		b.ReportMetric(median(xs), k)
-	}
+	reportMedians(b, runs, ratios)
 	hits, _, _ := long.Metric("writeback_nearcache_hits_total")
 	misses, _, _ := long.Metric("writeback_nearcache_misses_total")
 	hits2, _, _ := short.Metric("writeback_nearcache_hits_total")

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,13 +102,7 @@ func BenchmarkNearHitBound(b *testing.B) {
 		ratios["near/postgres"] = append(ratios["near/postgres"], round["near"]/round["postgres"])
 	}
 	b.StopTimer()
-	median := func(xs []float64) float64 { return slices.Sorted(slices.Values(xs))[len(xs)/2] }
-	for k, xs := range runs {
-		b.ReportMetric(median(xs), k+"-ops/s")
-	}
-	for k, xs := range ratios {
-		b.ReportMetric(median(xs), k)
-	}
+	reportMedians(b, runs, ratios)
 	b.Logf("throughput per round: %v", runs)
 	b.Logf("ratios per round: %v", ratios)
 }
