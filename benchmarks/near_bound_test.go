@@ -90,7 +90,7 @@ func BenchmarkNearHitBound(b *testing.B) {
 		for _, v := range vs {
 			if v.name == "near" {
 				// As in nearSideBySide: the other windows outlast the lease.
-				if err := nearWarm(ctx, near); err != nil {
+				if err := warmFrontDoor(ctx, near); err != nil {
 					b.Fatal(err)
 				}
 			}

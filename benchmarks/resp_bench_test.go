@@ -94,18 +94,7 @@ func respSetup(b *testing.B) {
 			}
 		}
 		// Warm the sidecar's cache through the front door.
-		c := respClient(sc.RespAddr())
-		defer c.Close()
-		for lo := int64(0); lo < spec.Records; lo += 500 {
-			pipe := c.Pipeline()
-			for rec := lo; rec < min(lo+500, spec.Records); rec++ {
-				pipe.HGetAll(ctx, spec.Table+"/"+ycsb.Key(rec))
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				respWorld.err = fmt.Errorf("warming the sidecar's cache: %w", err)
-				return
-			}
-		}
+		respWorld.err = warmFrontDoor(ctx, sc)
 	})
 	if respWorld.err != nil {
 		b.Fatal(respWorld.err)

@@ -234,7 +234,6 @@ func writable(s *change.Schema, f string) error {
 // reset starts the next attempt afresh: a new I-lease token, no base.
 func (st *fieldState) restart() {
 	st.o = buffer.WriteOptions{TTL: st.c.ttl(), Invalidate: st.c.Policy == WriteAround, Token: buffer.NewToken(), Count: !st.create, IfAbsent: st.create}
-	st.c.nearOptions(&st.o)
 	st.nw.options(&st.o)
 }
 

@@ -66,16 +66,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// nearOptions makes a write to c wait for its near-cache lease holders.
-// It marks the document hot only when sent again after revoking other
-// sidecars' leases (drive): a document written only through this sidecar,
-// or read nowhere else, keeps being leased, and its writes wait for no one.
-func (c *Collection) nearOptions(o *buffer.WriteOptions) {
-	if c.near != nil {
-		o.Near = true
-	}
-}
-
 // nearWrite is a local write of a near-cached document in progress
 // (beginWrite … end).
 type nearWrite struct {
@@ -105,10 +95,18 @@ func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
 	return w
 }
 
-// options asks the write for a lease on the value it leaves, if a copy was
-// held (buffer.WriteOptions.Grant).
+// options makes the write wait for the document's near-cache lease holders
+// (buffer.WriteOptions.Near) and, if a copy was held, asks for a lease on
+// the value it leaves (Grant). It marks the document hot only when sent
+// again after revoking other sidecars' leases (drive): a document written
+// only through this sidecar, or read nowhere else, keeps being leased, and
+// its writes wait for no one.
 func (w *nearWrite) options(o *buffer.WriteOptions) {
-	if w != nil && w.held {
+	if w == nil {
+		return
+	}
+	o.Near = true
+	if w.held {
 		o.Grant, o.LeaseTTL = w.gen, w.c.near.cfg.LeaseTTL
 	}
 }

@@ -135,7 +135,6 @@ func (w *docWrite) setBase(row change.Doc) { w.o.HaveBase, w.o.Base = true, row 
 func (w *docWrite) restart() {
 	c := w.r.Coll
 	w.o = buffer.WriteOptions{TTL: c.ttl(), Invalidate: c.Policy == WriteAround, Token: buffer.NewToken(), Replace: w.replace}
-	c.nearOptions(&w.o)
 	w.nw.options(&w.o)
 }
 
