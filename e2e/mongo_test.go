@@ -321,13 +321,31 @@ func mongoWorkload(t *testing.T, e *mongoEnv, cfg, addr string, docs, clients, k
 			}
 		}()
 	}
+	// As in the core's crash test, an incarnation lives a random 100–400 ms
+	// and, beyond that, until it has acknowledged perIncarnation writes or
+	// died at its armed fault: under CI's load a start can outlast the
+	// window, and a schedule by the clock alone kills sidecars that never
+	// served (one CI run acknowledged 288 writes in 22 incarnations).
+	const perIncarnation = 20
+	ackedNow := func() int64 {
+		modelMu.Lock()
+		defer modelMu.Unlock()
+		return acked
+	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	deadline := time.Now().Add(duration)
 	for k := 0; k < kills || time.Now().Before(deadline); k++ {
+		from := ackedNow()
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
-		if k < kills {
-			cr.restart(faults[k%len(faults)])
+		if k >= kills {
+			continue
 		}
+		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
+			if ackedNow()-from >= perIncarnation || cr.current().exited() {
+				break
+			}
+		}
+		cr.restart(faults[k%len(faults)])
 	}
 	close(stop)
 	wg.Wait()
