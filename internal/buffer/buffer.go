@@ -14,6 +14,7 @@ import (
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,11 @@ type Buffer struct {
 	Instance string
 
 	comb combiner
+	// seen holds, per partition, the highest seq this process knows was
+	// given out or applied: its own writes' seqs and the floors of its last
+	// rollback check. A write refuses to take a seq from a sequence below
+	// it (the node went back; CheckRollback).
+	seen []atomic.Int64
 }
 
 // durable runs scripts that change pinned state, waiting for Replicas.
@@ -72,10 +78,23 @@ func anyBuffered(reply any) bool {
 	return false
 }
 
+// saw raises what the process knows partition part handed out to seq.
+func (b *Buffer) saw(part int, seq int64) {
+	if part < 0 || part >= len(b.seen) {
+		return
+	}
+	for {
+		cur := b.seen[part].Load()
+		if seq <= cur || b.seen[part].CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
 // New returns a Buffer over rdb whose keys start with prefix and whose
 // pending index has partitions partitions.
 func New(rdb redis.UniversalClient, prefix string, partitions int, leaseLifetime time.Duration) *Buffer {
-	return &Buffer{rdb: rdb, prefix: prefix, parts: partitions, lease: leaseLifetime}
+	return &Buffer{rdb: rdb, prefix: prefix, parts: partitions, lease: leaseLifetime, seen: make([]atomic.Int64, partitions)}
 }
 
 // Partitions is α, the number of partitions.

@@ -194,7 +194,9 @@ func TestOwnershipLeases(t *testing.T) {
 	if n, _ := b.Heartbeat(ctx, "b", time.Second); n != 1 {
 		t.Fatalf("live after a left = %d", n)
 	}
-	if err := b.RaiseSeq(ctx, 2, 100); err != nil {
+	// Above Redis's clock in µs (the sequences' floor), and exact in Lua.
+	const floor = 1 << 52
+	if err := b.RaiseSeq(ctx, 2, floor); err != nil {
 		t.Fatal(err)
 	}
 	// Sequences continue above what the store recorded as applied.
@@ -204,8 +206,8 @@ func TestOwnershipLeases(t *testing.T) {
 		id = fmt.Sprint(i)
 	}
 	put, _ := change.ParsePut(s, id, []byte(`{}`))
-	if seq, _, _ := b.Write(ctx, "c", id, put, s, WriteOptions{}); seq != 101 {
-		t.Fatalf("seq after RaiseSeq(100) = %d, want 101", seq)
+	if seq, _, _ := b.Write(ctx, "c", id, put, s, WriteOptions{}); seq != floor+1 {
+		t.Fatalf("seq after RaiseSeq(%d) = %d, want %d", int64(floor), seq, int64(floor+1))
 	}
 }
 
@@ -241,7 +243,7 @@ func TestLostSequenceIsReseeded(t *testing.T) {
 	b.Reseed = func(ctx context.Context) error {
 		reseeds++
 		for p := range b.Partitions() {
-			if err := b.RaiseSeq(ctx, p, 500); err != nil {
+			if err := b.RaiseSeq(ctx, p, 1<<52); err != nil {
 				return err
 			}
 		}
@@ -252,8 +254,8 @@ func TestLostSequenceIsReseeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq, out, err := b.Write(ctx, "c", "1", put, s, WriteOptions{})
-	if err != nil || out != Buffered || reseeds != 1 || seq != 501 {
-		t.Fatalf("write after losing the sequence: seq %d, %v, %v, %d reseeds; want seq 501 after one reseed", seq, out, err, reseeds)
+	if err != nil || out != Buffered || reseeds != 1 || seq != 1<<52+1 {
+		t.Fatalf("write after losing the sequence: seq %d, %v, %v, %d reseeds; want seq %d after one reseed", seq, out, err, reseeds, int64(1<<52+1))
 	}
 }
 

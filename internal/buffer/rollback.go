@@ -37,15 +37,21 @@ type Rollback struct {
 //
 //   - A sequence below the highest seq the store recorded for its partition
 //     (or, for stores without partitions, all sequences below what was
-//     applied) means the node came back from an older snapshot or a lagging
-//     replica. Every seq handed out from it would be at or below an applied
-//     record, and the appliers would skip the new, acknowledged change as a
-//     duplicate. Its cache entries are older than the store, too: every
-//     cache entry and I lease of the buffer on the node is deleted, so that
-//     the next read fills from the store (buffered writes stay: their
-//     changes at or below a record are skipped as the duplicates they are).
+//     applied), or below a seq this process saw the partition give out,
+//     means the node came back from an older snapshot or a lagging
+//     replica. Seqs handed out from it could be at or below an applied
+//     record (writeScript's clock makes that unlikely, not impossible), and
+//     the appliers would skip the new, acknowledged change as a duplicate.
+//     Its cache entries are older than the store, too: every cache entry
+//     and I lease of the buffer on the node is deleted, so that the next
+//     read fills from the store (buffered writes stay: their changes at or
+//     below a record are skipped as the duplicates they are).
 //   - Then every sequence on the node is raised to at least f.Global, as at
-//     start-up (a document may have moved partitions since its record).
+//     start-up (a document may have moved partitions since its record),
+//     and to what this process saw it give out; and writes refuse a
+//     sequence below the store's record from then on (writeScript's floor),
+//     so that a rollback that keeps the connections is caught at the next
+//     write of a partition the store applied from.
 //
 // Entries are deleted before sequences are raised: another sidecar that
 // checks the node meanwhile still sees the low sequence and deletes them
@@ -75,6 +81,11 @@ func (b *Buffer) CheckRollback(ctx context.Context, c redis.Cmdable, f Floors) (
 		if fl, ok := f.Part[p]; ok && v >= 0 && v < fl {
 			r.RolledBack = true
 		}
+		// Below a seq this process saw it give out: the node went back
+		// even if nothing it lost was applied yet.
+		if v >= 0 && v < b.seen[p].Load() {
+			r.RolledBack = true
+		}
 	}
 	r.Partitions = len(mine)
 	if len(mine) == 0 {
@@ -94,11 +105,17 @@ func (b *Buffer) CheckRollback(ctx context.Context, c redis.Cmdable, f Floors) (
 		r.RolledBack = r.RolledBack || n > 0
 	}
 	for i, p := range mine {
-		if err := raiseSeqScript.Run(ctx, c, []string{b.seqKey(p)}, f.Global).Err(); err != nil {
+		floor := max(f.Global, b.seen[p].Load())
+		if err := raiseSeqScript.Run(ctx, c, []string{b.seqKey(p)}, floor).Err(); err != nil {
 			return r, fmt.Errorf("buffer: raising sequence of partition %d: %w", p, err)
 		}
-		if seqs[i] < f.Global {
+		if seqs[i] < floor {
 			r.Raised++
+		}
+		// From now on a write refuses a sequence below what the store
+		// applied from the partition (writeScript's floor).
+		if fl, ok := f.Part[p]; ok {
+			b.saw(p, fl)
 		}
 	}
 	return r, nil

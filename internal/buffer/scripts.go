@@ -6,8 +6,9 @@ import "github.com/redis/go-redis/v9"
 // partition's hash tag, so each runs on one Redis Cluster slot.
 //
 // A buffered-write entry is "<seq>|<ms>|<kind>|<json>": the per-partition
-// sequence number, the Redis time it was buffered at, and the change body
-// from change.Encode.
+// sequence number (a hybrid logical clock: the next number, or Redis's
+// clock in µs if that is higher; writeScript), the Redis time it was
+// buffered at, and the change body from change.Encode.
 
 // luaEntry parses the sequence, time and kind of a buffered-write entry, and
 // reads Redis's clock in milliseconds.
@@ -66,10 +67,12 @@ end
 //
 // ARGV[1] is the I-lease lifetime in ms, ARGV[2] this sidecar's instance
 // id (a near-cache lease holder), ARGV[3] the prefix of the holders'
-// channels (near.go). Then, per group: KEYS pending
-// index (zset), partition stats (hash), partition sequence; ARGV the
-// number of writes in the group. Then, per write of the group: KEYS cache
-// entry (hash), buffered write (list), I leases (hash), named as buffer.go
+// channels (near.go). Then, per group: KEYS pending index (zset),
+// partition stats (hash), partition sequence; ARGV the number of writes in
+// the group and the partition's floor (the highest seq the caller knows it
+// gave out or its store applied; {-6} below it). Then, per write of the
+// group: KEYS cache entry (hash), buffered write (list), I leases (hash),
+// named as buffer.go
 // names them (the cache entry is the tag, "c:" and the pending member; the
 // pending index is the tag and "pending"); ARGV the number n of the
 // write's arguments that follow, then n arguments: 1 body (its first byte
@@ -86,7 +89,7 @@ end
 // token, which this call registered as an I lease), {-1} when a patch
 // targets a missing document, {-2} when the token was voided by a
 // concurrent write (start over), {-6} when the partition's sequence is
-// missing (below), {-7, message} when Redis refused one of the write's
+// missing or below the floor (below), {-7, message} when Redis refused one of the write's
 // commands (out of memory, say): the other writes go on.
 //
 // Flags, for the Redis-protocol front door, whose replies report what a
@@ -123,13 +126,16 @@ end
 //
 // A counting HSET of a cached document costs three commands (HGET, RPUSH,
 // HSET), plus ZADD when it makes the document pending; each group adds GET
-// and INCRBY of its sequence, one DEL of the I leases its writes void, and
+// and SET of its sequence, one DEL of the I leases its writes void, and
 // the counters.
 var writeScript = redis.NewScript(luaReplies + luaEntry + `
 local lease = ARGV[1]
 local holder, nearchan = ARGV[2], ARGV[3]
--- The writes of a call are buffered at one time, read once.
-local ms = tostring(now_ms())
+-- The writes of a call are buffered at one time, read once: in ms for the
+-- entries and the pending index, in µs for the sequence (below).
+local t = redis.call('TIME')
+local ms = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- The current group's counters, and its sequence: seq is the last one
 -- given out, written back once at the end of the group.
 local changes, bytes, docs = 0, 0, 0
@@ -298,8 +304,15 @@ local function write(pending, seqk, ck, bw, il, a, z)
     end
   end
   if hotkey then redis.call('SET', hotkey, '1', 'PX', hotms) end
-  local s = seq + 1
-  local e = s .. '|' .. ms .. '|' .. body
+  -- The next seq, but never below Redis's clock in µs (a hybrid logical
+  -- clock): a Redis that came back with an older counter (an older
+  -- snapshot, a lagging replica, DEBUG RELOAD) still hands out seqs above
+  -- every seq it gave out before it went back, so no new write is at or
+  -- below an applied record and skipped as a duplicate — even when no
+  -- rollback check has run yet. string.format: Lua's own conversion keeps
+  -- 14 digits.
+  local s = math.max(seq + 1, us)
+  local e = string.format('%d', s) .. '|' .. ms .. '|' .. body
   local len = redis.call('RPUSH', bw, e)
   seq = s
   changes, bytes = changes + 1, bytes + #e
@@ -388,14 +401,16 @@ local out = {}
 local a, k = 4, 0
 while k < #KEYS do
   local pending, sk, seqk = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-  local nw = tonumber(ARGV[a])
-  a, k = a + 1, k + 3
-  -- A missing sequence means Redis lost it: INCR would restart at 1, below
-  -- the seqs the store recorded as applied, and the changes would be
-  -- skipped as duplicates. Refuse before touching anything; the caller
-  -- reseeds.
+  local nw, floor = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  a, k = a + 2, k + 3
+  -- A missing sequence means Redis lost it; one below floor, the highest
+  -- seq the caller knows this partition gave out or its store applied,
+  -- means the node went back to older data (an older snapshot, a lagging
+  -- replica, DEBUG RELOAD) without the caller seeing a new server: its
+  -- cache entries may be older than the store. Refuse before touching
+  -- anything; the caller checks the node (CheckRollback) and tries again.
   local cur = redis.call('GET', seqk)
-  local seqok = cur ~= false
+  local seqok = cur ~= false and tonumber(cur) >= floor
   if seqok then seq = tonumber(cur) end
   local first = seq
   changes, bytes, docs = 0, 0, 0
@@ -416,7 +431,7 @@ while k < #KEYS do
   end
   -- The sequence, the voided leases and the counters of every write
   -- buffered above, whatever became of the writes after it.
-  if seqok and seq > first then redis.call('INCRBY', seqk, seq - first) end
+  if seqok and seq > first then redis.call('SET', seqk, string.format('%d', seq)) end
   void_now()
   if changes > 0 then
     redis.call('HINCRBY', sk, 'changes', changes)

@@ -258,17 +258,21 @@ func (b *Buffer) settle(wc *writeCall, replies []any, replErr, err error, result
 			continue
 		}
 		results[i], errs[i] = parseWrite(replies[k])
-		if errs[i] == nil && results[i].Outcome == Buffered && replErr != nil {
-			results[i], errs[i] = WriteResult{}, replErr
+		if errs[i] == nil && results[i].Outcome == Buffered {
+			b.saw(wc.parts[k], results[i].Seq)
+			if replErr != nil {
+				results[i], errs[i] = WriteResult{}, replErr
+			}
 		}
 	}
 }
 
 // writeCall is one call of writeScript.
 type writeCall struct {
-	keys []string
-	args []any
-	reqs []int // the indexes in the batch of its writes, in the order of its replies
+	keys  []string
+	args  []any
+	reqs  []int // the indexes in the batch of its writes, in the order of its replies
+	parts []int // their partitions, in the same order
 }
 
 // writeCalls groups a batch's writes into calls of writeScript, at most
@@ -321,9 +325,13 @@ func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
 	is = slices.Clone(is)
 	slices.SortStableFunc(is, func(i, j int) int { return cmp.Compare(parts[i], parts[j]) })
 	wc := &writeCall{
-		keys: make([]string, 0, 3*len(is)+9),
-		args: make([]any, 0, 9*len(is)+4),
-		reqs: is,
+		keys:  make([]string, 0, 3*len(is)+9),
+		args:  make([]any, 0, 9*len(is)+4),
+		reqs:  is,
+		parts: make([]int, len(is)),
+	}
+	for k, i := range is {
+		wc.parts[k] = parts[i]
 	}
 	wc.args = append(wc.args, b.lease.Milliseconds(), b.Instance, b.NearChannel(""))
 	for g := 0; g < len(is); {
@@ -334,7 +342,7 @@ func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
 		}
 		tag := b.tag(part)
 		wc.keys = append(wc.keys, b.pendingKey(part), b.statsKey(part), b.seqKey(part))
-		wc.args = append(wc.args, n)
+		wc.args = append(wc.args, n, b.seen[part].Load())
 		for _, i := range is[g : g+n] {
 			r := reqs[i]
 			wc.keys = appendDocKeys(wc.keys, tag, r.Coll, r.ID)
