@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -86,13 +85,22 @@ func (r *privateRedis) cli(args ...string) string {
 // the database and read back: none may be skipped as a duplicate, and no
 // read may see the snapshot's stale entry. Once with the sidecar staying up
 // across the Redis restart (it reconnects), once with the sidecar
-// restarted with it.
+// restarted with it, and once with Redis going back in place (DEBUG RELOAD
+// NOSAVE loads the snapshot under the open connections: no new server for
+// the sidecar to check, and round 3's sequences would be reused but for
+// the write path's own floor and clock).
 func TestRedisRollback(t *testing.T) {
-	for _, restartSidecar := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sidecarRestarted=%v", restartSidecar), func(t *testing.T) {
+	for _, mode := range []string{"sidecarUp", "sidecarRestarted", "inPlace"} {
+		t.Run(mode, func(t *testing.T) {
+			restartSidecar, inPlace := mode == "sidecarRestarted", mode == "inPlace"
 			const docs = 10
 			e := newEnv(t, docs)
 			rs := startPrivateRedis(t)
+			if inPlace {
+				rs.args = []string{"--enable-debug-command", "yes"}
+				rs.kill()
+				rs.start()
+			}
 			addr := freeAddr(t)
 			path := e.configOn(rs, addr, "write-back", "")
 			sc := start(t, path, addr)
@@ -177,16 +185,25 @@ func TestRedisRollback(t *testing.T) {
 			flushed()
 			check("r2", 11, "after round 2", true)
 
-			if restartSidecar {
+			switch {
+			case inPlace:
+				rs.cli("DEBUG", "RELOAD", "NOSAVE")
+			case restartSidecar:
 				sc.kill()
-			}
-			rs.kill()
-			rs.start()
-			if restartSidecar {
+				rs.kill()
+				rs.start()
 				sc = start(t, path, addr)
+			default:
+				rs.kill()
+				rs.start()
 			}
-			// The snapshot's entries hold round 1: reads must see round 2.
-			check("r2", 11, "after the rollback", true)
+			if !inPlace {
+				// The snapshot's entries hold round 1: reads must see
+				// round 2. (In place, reads before the first write of a
+				// partition the sidecar wrote to, or its 30 s check, may
+				// see them: docs/api.md.)
+				check("r2", 11, "after the rollback", true)
+			}
 			round("r3", 100)
 			check("r3", 111, "round 3 before the flush", false)
 			flushed()
