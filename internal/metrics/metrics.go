@@ -209,7 +209,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		ReplicasInSync: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "redis_replicas_in_sync",
-			Help: "Replicas of the Redis primary that are online and acknowledged within 1 s, the ones a write waits for (only with redis.replicas > 0; not in Cluster mode).",
+			Help: "Replicas of the Redis primary that are online and acknowledged within 1 s, the ones a write waits for (only with redis.replicas > 0; in a Redis Cluster, the fewest of any primary).",
 		}),
 		EvictionUnsafe: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "redis_eviction_unsafe",

@@ -65,37 +65,49 @@ func (d Durable) Run(ctx context.Context, c Call) (reply any, repl, err error) {
 // On one Redis node (standalone, Sentinel) the calls and one WAIT share a
 // pipeline, which is one connection: the WAIT covers them all. In a Redis
 // Cluster with replicas required, each call runs on its slot's primary
-// with a WAIT of its own. Calls that found their script unloaded are run
+// with a WAIT of its own, held to that primary's in-sync replicas. Calls that found their script unloaded are run
 // again once it is loaded.
 func (d Durable) RunAll(ctx context.Context, calls []Call) (replies []any, errs, repls []error) {
-	if d.Replicas > 0 {
-		await, err := d.await()
-		if err != nil {
-			replies, errs, repls = make([]any, len(calls)), make([]error, len(calls)), make([]error, len(calls))
-			for i := range errs {
-				errs[i] = err
-			}
-			return replies, errs, repls
-		}
-		d.awaited = await
-	}
+	replies, errs, repls = make([]any, len(calls)), make([]error, len(calls)), make([]error, len(calls))
 	cc, cluster := d.Client.(*redis.ClusterClient)
 	if !cluster || d.Replicas <= 0 {
+		if d.Replicas > 0 {
+			inSync := -1
+			if d.InSync != nil {
+				inSync = d.InSync.Count()
+			}
+			await, err := d.await(inSync)
+			if err != nil {
+				for i := range errs {
+					errs[i] = err
+				}
+				return replies, errs, repls
+			}
+			d.awaited = await
+		}
 		replies, errs, repl := d.round(ctx, d.Client, calls)
-		repls = make([]error, len(calls))
 		for i := range repls {
 			repls[i] = repl
 		}
 		return replies, errs, repls
 	}
-	replies, errs, repls = make([]any, len(calls)), make([]error, len(calls)), make([]error, len(calls))
+	// Each call is held to the in-sync replicas of the primary that owns
+	// its key: one primary short of replicas refuses only its own writes.
 	for i, c := range calls {
 		node, err := cc.MasterForKey(ctx, c.Keys[0])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		rs, es, r := d.round(ctx, node, calls[i:i+1])
+		inSync := -1
+		if d.InSync != nil {
+			inSync = d.InSync.CountOf(node.Options().Addr)
+		}
+		nd := d
+		if nd.awaited, errs[i] = d.await(inSync); errs[i] != nil {
+			continue
+		}
+		rs, es, r := nd.round(ctx, node, calls[i:i+1])
 		replies[i], errs[i], repls[i] = rs[0], es[0], r
 	}
 	return replies, errs, repls
