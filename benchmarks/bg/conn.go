@@ -105,47 +105,11 @@ type countedDoc struct {
 // decoding them.
 type listLen int
 
-// UnmarshalJSON counts the array's elements: the commas at its top level,
-// outside strings, plus one unless it is empty. json.Unmarshal has checked
-// b is valid JSON; null is 0.
+// UnmarshalJSON counts the array's elements (countElems).
 func (n *listLen) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*n = 0
-		return nil
-	}
-	if len(b) < 2 || b[0] != '[' {
-		return fmt.Errorf("bg: a list is not a JSON array: %.20s", b)
-	}
-	depth, inStr, esc, commas, empty := 0, false, false, 0, true
-	for _, c := range b[1 : len(b)-1] {
-		switch {
-		case esc:
-			esc = false
-		case inStr:
-			switch c {
-			case '\\':
-				esc = true
-			case '"':
-				inStr = false
-			}
-		case c == '"':
-			inStr, empty = true, false
-		case c == '[' || c == '{':
-			depth, empty = depth+1, false
-		case c == ']' || c == '}':
-			depth--
-		case c == ',' && depth == 0:
-			commas++
-		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
-			empty = false
-		}
-	}
-	if empty {
-		*n = 0
-	} else {
-		*n = listLen(commas + 1)
-	}
-	return nil
+	c, err := countElems(b)
+	*n = listLen(c)
+	return err
 }
 
 // checkProfile is memberDoc.checkProfile.

@@ -35,10 +35,11 @@ func NewSidecarConn(c writeback.Documents, coll string) Conn { return &sidecarCo
 // member's process would, the hits costing no round trip and the misses
 // one between them.
 //
-// Its reads project the fields an action shows (DB.GetFields): a profile
-// and its lists, a member's list, the profiles of a list — as the database
-// policies select only those columns — so that the application decodes no
-// more of a document than it needs.
+// Its reads take the fields an action shows as their JSON texts
+// (DB.GetValues, embedded.go): a profile and its lists, a member's list,
+// the profiles of a list — as the database policies select only those
+// columns — so that the application decodes no more of a document than it
+// needs, and nothing is encoded for it to decode.
 func NewEmbeddedConn(db *writeback.DB, coll string) Conn {
 	return &sidecarConn{c: db, coll: coll, many: true, proj: db}
 }
@@ -75,14 +76,11 @@ func (c *sidecarConn) getProfile(ctx context.Context, m int32) error {
 }
 
 func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
-	id := ID(m)
-	var raw json.RawMessage
-	var err error
 	if c.proj != nil {
-		raw, err = c.proj.GetFields(ctx, c.coll, id, countedFields...)
-	} else {
-		raw, _, err = c.c.Get(ctx, c.coll, id)
+		return c.embeddedProfile(ctx, m)
 	}
+	id := ID(m)
+	raw, _, err := c.c.Get(ctx, c.coll, id)
 	if err != nil {
 		return 0, 0, fmt.Errorf("bg: reading %s: %w", id, err)
 	}
@@ -98,15 +96,12 @@ func (c *sidecarConn) Profile(ctx context.Context, m int32) (int, int, error) {
 
 // List reads the member, then the profiles it shows: concurrently over
 // HTTP, as ten reads one after the other would cost ten round trips; with
-// one GetMany embedded (NewEmbeddedConn).
+// one multi-read embedded (NewEmbeddedConn).
 func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []int32, error) {
-	var d *memberDoc
-	var err error
 	if c.proj != nil {
-		d, err = c.getList(ctx, m, l)
-	} else {
-		d, err = c.get(ctx, m)
+		return c.embeddedList(ctx, m, l, n)
 	}
+	d, err := c.get(ctx, m)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -128,20 +123,6 @@ func (c *sidecarConn) List(ctx context.Context, m int32, l List, n int) (int, []
 	return len(list), shown, nil
 }
 
-// getList reads a member's list l alone (a projection).
-func (c *sidecarConn) getList(ctx context.Context, m int32, l List) (*memberDoc, error) {
-	id := ID(m)
-	raw, err := c.proj.GetFields(ctx, c.coll, id, l.String())
-	if err != nil {
-		return nil, fmt.Errorf("bg: reading %s: %w", id, err)
-	}
-	var d memberDoc
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return nil, fmt.Errorf("bg: decoding %s: %w", id, err)
-	}
-	return &d, nil
-}
-
 // getMany reads and checks the profiles of ms in one call.
 func (c *sidecarConn) getMany(ctx context.Context, ms []int32) error {
 	if len(ms) == 0 {
@@ -151,13 +132,7 @@ func (c *sidecarConn) getMany(ctx context.Context, ms []int32) error {
 	for i, m := range ms {
 		ids[i] = ID(m)
 	}
-	var docs []json.RawMessage
-	var err error
-	if c.proj != nil {
-		docs, err = c.proj.GetManyFields(ctx, c.coll, ids, ProfileFields...)
-	} else {
-		docs, err = c.c.GetMany(ctx, c.coll, ids)
-	}
+	docs, err := c.c.GetMany(ctx, c.coll, ids)
 	if err != nil {
 		return fmt.Errorf("bg: reading %d profiles: %w", len(ids), err)
 	}

@@ -99,7 +99,25 @@ func (s *Service) GetManyJSON(ctx context.Context, refs []Ref) ([]json.RawMessag
 // in order, "null" for a missing document; any other failure fails the
 // whole read.
 func (s *Service) getManyEncoded(ctx context.Context, refs []Ref, hit func(Ref, *nearcache.Entry) []byte, fromDoc func(Ref, Hash) []byte) ([]json.RawMessage, error) {
-	out := make([]json.RawMessage, len(refs))
+	out, err := getManyAs(s, ctx, refs, func(r Ref, e *nearcache.Entry) json.RawMessage { return hit(r, e) },
+		func(r Ref, doc Hash) json.RawMessage { return fromDoc(r, doc) })
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range out {
+		if b == nil {
+			out[i] = json.RawMessage("null")
+		}
+	}
+	return out, nil
+}
+
+// getManyAs reads refs as GetMany does — near-cache hits first, the rest
+// in one round trip — and returns each document as hit or fromDoc makes
+// it, in order, the zero T for a missing document; any other failure
+// fails the whole read.
+func getManyAs[T any](s *Service, ctx context.Context, refs []Ref, hit func(Ref, *nearcache.Entry) T, fromDoc func(Ref, Hash) T) ([]T, error) {
+	out := make([]T, len(refs))
 	var rest []Ref
 	var at []int // rest[k] is refs[at[k]]
 	for i, r := range refs {
@@ -119,7 +137,6 @@ func (s *Service) getManyEncoded(ctx context.Context, refs []Ref, hit func(Ref, 
 		defer wg.Done()
 		switch {
 		case errors.Is(err, ErrNotFound):
-			out[at[k]] = json.RawMessage("null")
 		case err != nil:
 			errs[k] = err
 		default:
@@ -208,4 +225,45 @@ func hashGetter(h map[string]string) func(string) (string, bool) {
 
 func docGetter(d change.Doc) func(string) (string, bool) {
 	return func(f string) (string, bool) { v, ok := d[f]; return string(v), ok }
+}
+
+// GetValues reads a document as Get does and returns the JSON text of each
+// named field, in the order named, "" for a field the document lacks: what
+// a near-cache hit holds, with no encoding and no copy (strings are
+// immutable), for an application in the process that decodes only what it
+// uses.
+func (s *Service) GetValues(ctx context.Context, coll, id string, fields []string) ([]string, error) {
+	r, err := s.Ref(coll, id)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.view(ctx, r.Coll, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if v.e != nil {
+		return values(fields, v.e.Hash), nil
+	}
+	out := make([]string, len(fields))
+	for i, f := range fields {
+		out[i] = string(v.doc[f])
+	}
+	return out, nil
+}
+
+// GetManyValues reads refs as GetManyJSON does and returns GetValues's
+// field texts of each document, nil for a missing one.
+func (s *Service) GetManyValues(ctx context.Context, refs []Ref, fields []string) ([][]string, error) {
+	get := func(_ Ref, h map[string]string) []string { return values(fields, h) }
+	return getManyAs(s, ctx, refs, func(r Ref, e *nearcache.Entry) []string { return get(r, e.Hash) },
+		func(r Ref, doc Hash) []string { return get(r, doc) })
+}
+
+// values is the texts of fields in h, "" where h lacks one.
+func values(fields []string, h map[string]string) []string {
+	out := make([]string, len(fields))
+	for i, f := range fields {
+		out[i] = h[f]
+	}
+	return out
 }

@@ -256,13 +256,43 @@ func (db *DB) GetManyFields(ctx context.Context, coll string, ids []string, fiel
 	})
 }
 
-// many resolves ids and reads them with read; "null" becomes nil, and a
-// body shared with the near cache is copied.
-func (db *DB) many(ctx context.Context, coll string, ids []string, read func(context.Context, []document.Ref) ([]json.RawMessage, error)) ([]json.RawMessage, error) {
+// GetValues reads a document as Get does and returns the JSON text of each
+// named field, in the order named ("" for a field the document lacks):
+// vals[i] is fields[i]'s value as json.Marshal would write it. It is the
+// cheapest read of the embedded mode: a near-cache hit hands over the
+// copy's own immutable strings — no object is encoded for the caller to
+// decode again — so an application decodes only the values it uses.
+func (db *DB) GetValues(ctx context.Context, coll, id string, fields ...string) (vals []string, err error) {
 	if !db.enter() {
 		return nil, ErrClosed
 	}
 	defer db.mu.RUnlock()
+	vals, err = db.svc.GetValues(ctx, coll, id, fields)
+	if err != nil {
+		return nil, db.fail(err)
+	}
+	return vals, nil
+}
+
+// GetManyValues is GetMany with GetValues's result: docs[i] holds the
+// named fields' texts of ids[i]'s document, nil when it does not exist.
+func (db *DB) GetManyValues(ctx context.Context, coll string, ids []string, fields ...string) (docs [][]string, err error) {
+	if !db.enter() {
+		return nil, ErrClosed
+	}
+	defer db.mu.RUnlock()
+	refs, err := db.refs(coll, ids)
+	if err != nil {
+		return nil, err
+	}
+	if docs, err = db.svc.GetManyValues(ctx, refs, fields); err != nil {
+		return nil, db.fail(err)
+	}
+	return docs, nil
+}
+
+// refs resolves the ids of a multi-read.
+func (db *DB) refs(coll string, ids []string) ([]document.Ref, error) {
 	refs := make([]document.Ref, len(ids))
 	for i, id := range ids {
 		if id == "" {
@@ -272,6 +302,20 @@ func (db *DB) many(ctx context.Context, coll string, ids []string, read func(con
 		if refs[i], err = db.svc.Ref(coll, id); err != nil {
 			return nil, db.fail(err)
 		}
+	}
+	return refs, nil
+}
+
+// many resolves ids and reads them with read; "null" becomes nil, and a
+// body shared with the near cache is copied.
+func (db *DB) many(ctx context.Context, coll string, ids []string, read func(context.Context, []document.Ref) ([]json.RawMessage, error)) ([]json.RawMessage, error) {
+	if !db.enter() {
+		return nil, ErrClosed
+	}
+	defer db.mu.RUnlock()
+	refs, err := db.refs(coll, ids)
+	if err != nil {
+		return nil, err
 	}
 	docs, err := read(ctx, refs)
 	if err != nil {

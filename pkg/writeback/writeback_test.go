@@ -245,6 +245,23 @@ func TestEmbeddedAndSidecarReadEachOthersWrites(t *testing.T) {
 	if _, err := db.GetFields(ctx, f.table, "2", "s"); !client.IsNotFound(err) {
 		t.Fatalf("GetFields of a deleted document: %v, want not_found", err)
 	}
+	// Field texts: from the near cache (the copy GetFields just leased),
+	// after the other member's write, and in a multi-read.
+	if vs, err := db.GetValues(ctx, f.table, "1", "s", "missing", "n"); err != nil || len(vs) != 3 || vs[0] != `"projected"` || vs[1] != "" || vs[2] == "" {
+		t.Fatalf("GetValues: %q, %v", vs, err)
+	}
+	if _, err := hc.Patch(ctx, f.table, "1", map[string]any{"$set": map[string]any{"s": "valued"}}); err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := db.GetValues(ctx, f.table, "1", "s"); err != nil || len(vs) != 1 || vs[0] != `"valued"` {
+		t.Fatalf("GetValues after a sidecar write: %q, %v", vs, err)
+	}
+	if vss, err := db.GetManyValues(ctx, f.table, []string{"1", "2"}, "s"); err != nil || len(vss) != 2 || vss[1] != nil || len(vss[0]) != 1 || vss[0][0] != `"valued"` {
+		t.Fatalf("GetManyValues: %q, %v", vss, err)
+	}
+	if _, err := db.GetValues(ctx, f.table, "2", "s"); !client.IsNotFound(err) {
+		t.Fatalf("GetValues of a deleted document: %v, want not_found", err)
+	}
 	hb, _, _ = hc.Get(ctx, f.table, "1")
 	scan, err := db.Scan(ctx, f.table, "", 0)
 	if err != nil || len(scan) != 1 || string(scan[0]) != string(hb) {
