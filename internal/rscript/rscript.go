@@ -65,8 +65,8 @@ func (d Durable) Run(ctx context.Context, c Call) (reply any, repl, err error) {
 // On one Redis node (standalone, Sentinel) the calls and one WAIT share a
 // pipeline, which is one connection: the WAIT covers them all. In a Redis
 // Cluster with replicas required, each call runs on its slot's primary
-// with a WAIT of its own, held to that primary's in-sync replicas. Calls that found their script unloaded are run
-// again once it is loaded.
+// with a WAIT of its own, held to that primary's in-sync replicas. Calls
+// that found their script unloaded are run again once it is loaded.
 func (d Durable) RunAll(ctx context.Context, calls []Call) (replies []any, errs, repls []error) {
 	replies, errs, repls = make([]any, len(calls)), make([]error, len(calls)), make([]error, len(calls))
 	cc, cluster := d.Client.(*redis.ClusterClient)
