@@ -52,6 +52,10 @@ type Step struct {
 	// Fallbacks counts write actions that found no relationship to act on
 	// (none free) and ran View Profile instead.
 	Fallbacks int64 `json:"fallbacks"`
+	// NearHitPct is the share of document reads the near caches served
+	// during the step (writeback_nearcache_hits_total over hits and
+	// misses); -1 without a near cache.
+	NearHitPct float64 `json:"near_hit_pct"`
 }
 
 // MixResult is the ramp of one mix.
@@ -61,6 +65,7 @@ type MixResult struct {
 	SoAR        float64 `json:"soar_actions_per_s"` // 0 when no step met the SLA
 	SoARThreads int     `json:"soar_threads"`
 	P95         float64 `json:"p95_ms_at_soar"`
+	NearHitPct  float64 `json:"near_hit_pct_at_soar"` // Step.NearHitPct of the SoAR's step
 	Validation  Counts  `json:"validation"`
 	// Pending and PinnedBytes are the sidecar's buffered changes when the
 	// ramp ended (-1 without a sidecar).
@@ -257,7 +262,7 @@ func (r *runner) ramp(ctx context.Context, k int, mix Mix) (MixResult, error) {
 		}
 		mr.Steps = append(mr.Steps, s)
 		if s.SLAMet && s.Throughput > mr.SoAR {
-			mr.SoAR, mr.SoARThreads, mr.P95 = s.Throughput, n, s.Latency.P95
+			mr.SoAR, mr.SoARThreads, mr.P95, mr.NearHitPct = s.Throughput, n, s.Latency.P95, s.NearHitPct
 		}
 		if !s.SLAMet || s.Throughput < 1.05*best {
 			break
@@ -265,6 +270,19 @@ func (r *runner) ramp(ctx context.Context, k int, mix Mix) (MixResult, error) {
 		best = max(best, s.Throughput)
 	}
 	return mr, nil
+}
+
+// nearCounts are the near caches' hit and miss counters.
+type nearCounts struct{ hits, misses float64 }
+
+// nearReads reads the near caches' counters (zero without a sidecar).
+func (r *runner) nearReads() nearCounts {
+	if r.sc == nil {
+		return nearCounts{}
+	}
+	h, _, _ := r.sc.Metric("writeback_nearcache_hits_total")
+	m, _, _ := r.sc.Metric("writeback_nearcache_misses_total")
+	return nearCounts{h, m}
 }
 
 // thread is what one thread of a step records.
@@ -297,6 +315,7 @@ func (r *runner) step(ctx context.Context, k int, mix Mix, n int) (Step, error) 
 			return ""
 		}
 	}
+	near0 := r.nearReads()
 	threads := make([]thread, n)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -326,7 +345,10 @@ func (r *runner) step(ctx context.Context, k int, mix Mix, n int) (Step, error) 
 	prog.Stop()
 	elapsed := time.Since(start)
 
-	s := Step{Threads: n, Seconds: elapsed.Seconds(), ByAction: map[string]int64{}}
+	s := Step{Threads: n, Seconds: elapsed.Seconds(), ByAction: map[string]int64{}, NearHitPct: -1}
+	if near1 := r.nearReads(); near1.hits+near1.misses > near0.hits+near0.misses {
+		s.NearHitPct = 100 * (near1.hits - near0.hits) / (near1.hits + near1.misses - near0.hits - near0.misses)
+	}
 	var lat []time.Duration
 	var errs []error
 	for i := range threads {

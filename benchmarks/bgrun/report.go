@@ -55,24 +55,27 @@ type ratios struct {
 
 func printTable(w io.Writer, o *options, runs []*storeRun) {
 	var t bench.Table
-	t.Header = []string{"store", "mix", "policy", "SoAR/s", "threads", "p95 ms", "≤SLA %", "stale %", "reads", "pending", "pinned", "drained in"}
+	t.Header = []string{"store", "mix", "policy", "SoAR/s", "threads", "p95 ms", "≤SLA %", "stale %", "reads", "pending", "pinned", "drained in", "L1 hits %"}
 	for _, sr := range runs {
 		for k, m := range o.mixes {
 			for _, p := range o.policies {
 				mix := m.Name + "%"
 				if r := sr.byPolicy[p]; r != nil && k < len(r.Mixes) {
 					mr := r.Mixes[k]
-					within := "-"
+					within, near := "-", "-"
 					for _, s := range mr.Steps {
 						if s.Threads == mr.SoARThreads {
 							within = bench.F(s.WithinSLA)
+							if s.NearHitPct >= 0 {
+								near = bench.F(s.NearHitPct)
+							}
 						}
 					}
 					pending, pinned, drained := "-", "-", "-"
 					if mr.Pending >= 0 {
 						pending, pinned, drained = fmt.Sprint(mr.Pending), bytesString(mr.PinnedBytes), fmt.Sprintf("%.1fs", mr.FlushSeconds)
 					}
-					t.Add(sr.Store, mix, p, mr.SoAR, mr.SoARThreads, mr.P95, within, fmt.Sprintf("%.3f", mr.StalePct()), mr.Validation.Reads, pending, pinned, drained)
+					t.Add(sr.Store, mix, p, mr.SoAR, mr.SoARThreads, mr.P95, within, fmt.Sprintf("%.3f", mr.StalePct()), mr.Validation.Reads, pending, pinned, drained, near)
 					continue
 				}
 				why := "failed"
@@ -84,7 +87,7 @@ func printTable(w io.Writer, o *options, runs []*storeRun) {
 						why = "n/a"
 					}
 				}
-				t.Add(sr.Store, mix, p, why, "", "", "", "", "", "", "", "")
+				t.Add(sr.Store, mix, p, why, "", "", "", "", "", "", "", "", "")
 			}
 		}
 	}
