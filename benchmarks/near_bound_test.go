@@ -114,6 +114,14 @@ type mapServer struct {
 	ln      net.Listener
 	replies map[string][]byte
 	wg      sync.WaitGroup
+	// buffer, when set, makes the server take HSET too, as the least any
+	// write-back front door must do before it answers a write: make the
+	// write durable in Redis, with one RPUSH of its arguments, one round
+	// trip per write (BenchmarkWriteBound). The copy it serves is not
+	// updated, there is no sequence, no pending index, no lease, no
+	// applier: a bound, not a product.
+	buffer *redis.Client
+	prefix string
 }
 
 // startMapServer copies the hashes under prefix (spec.Records of them) and
@@ -183,7 +191,19 @@ func (s *mapServer) serve(c net.Conn) {
 				out = redcon.AppendArray(out, 0)
 				continue
 			}
-			out = redcon.AppendError(out, "ERR the reference server knows only HGETALL, not "+strings.ToUpper(string(cmd.Args[0])))
+			if s.buffer != nil && len(cmd.Args) >= 4 && bytes.EqualFold(cmd.Args[0], []byte("hset")) {
+				vals := make([]any, len(cmd.Args)-2)
+				for i, a := range cmd.Args[2:] {
+					vals[i] = a
+				}
+				if err := s.buffer.RPush(context.Background(), s.prefix+"bound:"+string(cmd.Args[1]), vals...).Err(); err != nil {
+					out = redcon.AppendError(out, "ERR "+err.Error())
+					continue
+				}
+				out = redcon.AppendInt(out, 0)
+				continue
+			}
+			out = redcon.AppendError(out, "ERR the reference server knows only HGETALL and HSET, not "+strings.ToUpper(string(cmd.Args[0])))
 		}
 		if _, err := c.Write(out); err != nil {
 			return

@@ -1,0 +1,104 @@
+package benchmarks
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/writeback/writeback/benchmarks/ycsb"
+)
+
+// The bound of YCSB A through the Redis-protocol front door (issue 18's
+// "A ≥ 1.5× the database"), built as BenchmarkNearHitBound is for C: half
+// the operations read a whole record, half set one field, one at a time
+// per client, against
+//
+//	postgres   the database alone: YCSB's point read and one-field UPDATE
+//	bound      mapServer with a buffer: reads answered from memory, each
+//	           write one RPUSH to Redis before its answer — strictly less
+//	           than any durable write-back front door can do per write
+//	near       the front door (write-back, near cache, default lease),
+//	           its appliers applying the writes to PostgreSQL meanwhile
+//
+// Reported: the medians of the throughputs and of the per-round ratios
+// bound/postgres (the bound on A's ratio), near/bound and near/postgres
+// (A's ratio). b.N is ignored.
+func BenchmarkWriteBound(b *testing.B) {
+	const rounds, window = 5, time.Second
+	db := setup(b)
+	near := nearSetup(b, 2*time.Second)
+	ctx := context.Background()
+
+	srv, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.buffer, srv.prefix = respWorld.raw, respWorld.prefix+":"
+	defer srv.close()
+	defer func() {
+		// The bound's lists, one per record it wrote.
+		keys, _ := respWorld.raw.Keys(ctx, srv.prefix+"bound:*").Result()
+		for len(keys) > 0 {
+			n := min(len(keys), 500)
+			respWorld.raw.Del(ctx, keys[:n]...)
+			keys = keys[n:]
+		}
+	}()
+	boundc, nearc := respClient(srv.addr()), respClient(near.RespAddr())
+	defer boundc.Close()
+	defer nearc.Close()
+	fifty := func(c *redis.Client, prefix string) func(ctx context.Context, r *rand.Rand, n int) error {
+		return func(ctx context.Context, r *rand.Rand, n int) error {
+			k := prefix + randomKey(r)
+			if r.IntN(2) == 0 {
+				return c.HGetAll(ctx, k).Err()
+			}
+			return c.HSet(ctx, k, ycsb.FieldName(r.IntN(spec.Fields)), ycsb.RandomValue(r, spec.FieldSize)).Err()
+		}
+	}
+	sqlcs := make(chan ycsb.Client, parallelism*runtime.GOMAXPROCS(0))
+	for range cap(sqlcs) {
+		c, err := db.NewClient(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		sqlcs <- c
+	}
+	pg := respVariant{"postgres", func(ctx context.Context, r *rand.Rand, n int) error {
+		c := <-sqlcs
+		defer func() { sqlcs <- c }()
+		if r.IntN(2) == 0 {
+			_, err := c.Read(ctx, randomKey(r), true)
+			return err
+		}
+		return c.Update(ctx, randomKey(r), r.IntN(spec.Fields), ycsb.RandomValue(r, spec.FieldSize))
+	}, true}
+	vs := []respVariant{pg, {"bound", fifty(boundc, ""), true}, {"near", fifty(nearc, spec.Table+"/"), true}}
+
+	runs, ratios := map[string][]float64{}, map[string][]float64{}
+	b.ResetTimer()
+	for range rounds {
+		round := map[string]float64{}
+		for _, v := range vs {
+			if v.name == "near" {
+				if err := warmFrontDoor(ctx, near); err != nil {
+					b.Fatal(err)
+				}
+			}
+			round[v.name] = measure(b, v, window)
+			runs[v.name] = append(runs[v.name], round[v.name])
+		}
+		ratios["bound/postgres"] = append(ratios["bound/postgres"], round["bound"]/round["postgres"])
+		ratios["near/bound"] = append(ratios["near/bound"], round["near"]/round["bound"])
+		ratios["near/postgres"] = append(ratios["near/postgres"], round["near"]/round["postgres"])
+	}
+	b.StopTimer()
+	reportMedians(b, runs, ratios)
+	b.Logf("throughput per round: %v", runs)
+	b.Logf("ratios per round: %v", ratios)
+}
