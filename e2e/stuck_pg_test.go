@@ -24,7 +24,7 @@ func TestStuckIndexRowTooLarge(t *testing.T) {
 	}
 	// 4000 random hex digits: incompressible enough to stay above the
 	// 2704 bytes a btree row may hold.
-	stuckPGChange(t, hex.EncodeToString(big), "54000", "exceeds btree", "", func(e *env) {
+	stuckChange(t, "pg", hex.EncodeToString(big), "54000", "exceeds btree", "", func(e *env) {
 		e.exec(e.dbs["pg"], fmt.Sprintf("CREATE INDEX %s_s ON %s (s)", e.table, e.table))
 	})
 }
@@ -37,7 +37,7 @@ func TestStuckIndexRowTooLarge(t *testing.T) {
 // as ALTER ROLE … SET would for every session of the role): other tests
 // share the role and the database.
 func TestStuckStatementTimeout(t *testing.T) {
-	stuckPGChange(t, "slow", "57014", "statement timeout", "&statement_timeout=1000", func(e *env) {
+	stuckChange(t, "pg", "slow", "57014", "statement timeout", "statement_timeout=1000", func(e *env) {
 		fn := e.table + "_slow"
 		e.exec(e.dbs["pg"], fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -52,21 +52,24 @@ END $$`, fn))
 	})
 }
 
-// stuckPGChange writes document 1's s = bad, then its n += 7, and n = id
-// to documents 2..docs of the PostgreSQL collection (set up by install,
-// with dsnParams appended to the sidecar's DSN), then a second wave of
-// n += 1000 to them: the bad change alone must become a dead letter
-// carrying code and msg, after maxRetries (2) failed rounds; everything
-// else, document 1's later change included, must reach the store.
-func stuckPGChange(t *testing.T, bad, code, msg, dsnParams string, install func(*env)) {
+// stuckChange writes document 1's s = bad, then its n += 7, and n = id
+// to documents 2..docs of db's collection (set up by install, with
+// dsnParam, key=value, added to the sidecar's DSN of db), then a second
+// wave of n += 1000 to them: the bad change alone must become a dead
+// letter carrying code and msg, after maxRetries (2) failed rounds;
+// everything else, document 1's later change included, must reach the
+// store.
+func stuckChange(t *testing.T, db, bad, code, msg, dsnParam string, install func(*env)) {
 	const docs = 60
 	e := newEnv(t, docs)
 	install(e)
-	e.dsns["pg"] += dsnParams
+	if dsnParam != "" {
+		e.dsns[db] = withDSNParam(db, e.dsns[db], dsnParam)
+	}
 	addr := freeAddr(t)
 	sc := start(t, e.stuckConfig(addr, 2), addr)
 	ctx := context.Background()
-	coll := e.coll("pg")
+	coll := e.coll(db)
 	badSeq, err := sc.c.Patch(ctx, coll, "1", map[string]any{"$set": map[string]any{"s": bad}})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +80,7 @@ func stuckPGChange(t *testing.T, bad, code, msg, dsnParams string, install func(
 	}
 	applied := func(plus int64) func() bool {
 		return func() bool {
-			rows := e.rows("pg")
+			rows := e.rows(db)
 			for id := int64(2); id <= docs; id++ {
 				if rows[id].N != id+plus {
 					return false
@@ -104,8 +107,8 @@ func stuckPGChange(t *testing.T, bad, code, msg, dsnParams string, install func(
 	if d := dls[0]; !strings.Contains(d.Error, code) || !strings.Contains(d.Error, msg) {
 		t.Errorf("dead letter error %q does not carry the store's error (%s, %q)", d.Error, code, msg)
 	}
-	waitFor(t, 30*time.Second, "document 1's later change", func() bool { return e.rows("pg")[1].N == 7 })
-	if r := e.rows("pg")[1]; r.S.String != "init" {
+	waitFor(t, 30*time.Second, "document 1's later change", func() bool { return e.rows(db)[1].N == 7 })
+	if r := e.rows(db)[1]; r.S.String != "init" {
 		t.Errorf("document 1 has s = %.40q, want the value before the dead-lettered change", r.S.String)
 	}
 	if v := metricValue(t, sc.addr, `writeback_deadletters_total{reason="retries"}`); v != 1 {
@@ -118,7 +121,7 @@ func stuckPGChange(t *testing.T, bad, code, msg, dsnParams string, install func(
 	for id := 1; id <= docs; id++ {
 		mustWrite(t)(sc.c.Patch(ctx, coll, strconv.Itoa(id), map[string]any{"$inc": map[string]any{"n": 1000}}))
 	}
-	waitFor(t, 60*time.Second, "the second wave", func() bool { return applied(1000)() && e.rows("pg")[1].N == 1007 })
+	waitFor(t, 60*time.Second, "the second wave", func() bool { return applied(1000)() && e.rows(db)[1].N == 1007 })
 	if dls, _ := sc.c.DeadLetters(ctx, 100); len(dls) != 1 {
 		t.Errorf("dead letters after the second wave: %d, want 1", len(dls))
 	}
