@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
+	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 )
 
@@ -36,7 +37,6 @@ import (
 // near/map (how close the front door gets to the bound), map/postgres
 // (the bound on C's ratio) and near/postgres (C's ratio). b.N is ignored.
 func BenchmarkNearHitBound(b *testing.B) {
-	const rounds, window = 5, time.Second
 	db := setup(b)
 	near := nearSetup(b, 2*time.Second)
 	ctx := context.Background()
@@ -65,16 +65,7 @@ func BenchmarkNearHitBound(b *testing.B) {
 			return nil
 		}
 	}
-	// A client per goroutine, as YCSB has one per thread.
-	sqlcs := make(chan ycsb.Client, parallelism*runtime.GOMAXPROCS(0))
-	for range cap(sqlcs) {
-		c, err := db.NewClient(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		sqlcs <- c
-	}
+	sqlcs := pgClients(b, db)
 	pg := respVariant{"postgres", func(ctx context.Context, r *rand.Rand, n int) error {
 		c := <-sqlcs
 		defer func() { sqlcs <- c }()
@@ -82,14 +73,37 @@ func BenchmarkNearHitBound(b *testing.B) {
 		return err
 	}, true}
 	vs := []respVariant{pg, {"map", hgetall(mapc), true}, {"near", hgetall(nearc), true}}
+	boundRounds(b, vs, near, "near/map", "map/postgres", "near/postgres")
+}
 
+// pgClients returns a pool of YCSB database clients, one per goroutine of
+// measure, as YCSB has one per thread; closed when b ends.
+func pgClients(b *testing.B, db *ycsb.DB) chan ycsb.Client {
+	sqlcs := make(chan ycsb.Client, parallelism*runtime.GOMAXPROCS(0))
+	for range cap(sqlcs) {
+		c, err := db.NewClient(context.Background(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		sqlcs <- c
+	}
+	return sqlcs
+}
+
+// boundRounds measures the variants side by side, in rounds of one window
+// each, the front door near warmed before its window (the other windows
+// outlast its lease), and reports the medians of the throughputs and of
+// the per-round ratios named "x/y" (variant x over variant y).
+func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, ratioNames ...string) {
+	const rounds, window = 5, time.Second
+	ctx := context.Background()
 	runs, ratios := map[string][]float64{}, map[string][]float64{}
 	b.ResetTimer()
 	for range rounds {
 		round := map[string]float64{}
 		for _, v := range vs {
 			if v.name == "near" {
-				// As in nearSideBySide: the other windows outlast the lease.
 				if err := warmFrontDoor(ctx, near); err != nil {
 					b.Fatal(err)
 				}
@@ -97,9 +111,10 @@ func BenchmarkNearHitBound(b *testing.B) {
 			round[v.name] = measure(b, v, window)
 			runs[v.name] = append(runs[v.name], round[v.name])
 		}
-		ratios["near/map"] = append(ratios["near/map"], round["near"]/round["map"])
-		ratios["map/postgres"] = append(ratios["map/postgres"], round["map"]/round["postgres"])
-		ratios["near/postgres"] = append(ratios["near/postgres"], round["near"]/round["postgres"])
+		for _, name := range ratioNames {
+			x, y, _ := strings.Cut(name, "/")
+			ratios[name] = append(ratios[name], round[x]/round[y])
+		}
 	}
 	b.StopTimer()
 	reportMedians(b, runs, ratios)

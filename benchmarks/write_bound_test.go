@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 // bound/postgres (the bound on A's ratio), near/bound and near/postgres
 // (A's ratio). b.N is ignored.
 func BenchmarkWriteBound(b *testing.B) {
-	const rounds, window = 5, time.Second
 	db := setup(b)
 	near := nearSetup(b, 2*time.Second)
 	ctx := context.Background()
@@ -60,15 +58,7 @@ func BenchmarkWriteBound(b *testing.B) {
 			return c.HSet(ctx, k, ycsb.FieldName(r.IntN(spec.Fields)), ycsb.RandomValue(r, spec.FieldSize)).Err()
 		}
 	}
-	sqlcs := make(chan ycsb.Client, parallelism*runtime.GOMAXPROCS(0))
-	for range cap(sqlcs) {
-		c, err := db.NewClient(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		sqlcs <- c
-	}
+	sqlcs := pgClients(b, db)
 	pg := respVariant{"postgres", func(ctx context.Context, r *rand.Rand, n int) error {
 		c := <-sqlcs
 		defer func() { sqlcs <- c }()
@@ -80,25 +70,5 @@ func BenchmarkWriteBound(b *testing.B) {
 	}, true}
 	vs := []respVariant{pg, {"bound", fifty(boundc, ""), true}, {"near", fifty(nearc, spec.Table+"/"), true}}
 
-	runs, ratios := map[string][]float64{}, map[string][]float64{}
-	b.ResetTimer()
-	for range rounds {
-		round := map[string]float64{}
-		for _, v := range vs {
-			if v.name == "near" {
-				if err := warmFrontDoor(ctx, near); err != nil {
-					b.Fatal(err)
-				}
-			}
-			round[v.name] = measure(b, v, window)
-			runs[v.name] = append(runs[v.name], round[v.name])
-		}
-		ratios["bound/postgres"] = append(ratios["bound/postgres"], round["bound"]/round["postgres"])
-		ratios["near/bound"] = append(ratios["near/bound"], round["near"]/round["bound"])
-		ratios["near/postgres"] = append(ratios["near/postgres"], round["near"]/round["postgres"])
-	}
-	b.StopTimer()
-	reportMedians(b, runs, ratios)
-	b.Logf("throughput per round: %v", runs)
-	b.Logf("ratios per round: %v", ratios)
+	boundRounds(b, vs, near, "bound/postgres", "near/bound", "near/postgres")
 }

@@ -197,18 +197,30 @@ func appendName(b []byte, name string) []byte {
 // fields, as a JSON object (EncodeFields): a near-cache hit encodes them
 // from the entry without the rest of the document.
 func (s *Service) GetFields(ctx context.Context, coll, id string, fields []string) ([]byte, error) {
+	v, err := s.viewOf(ctx, coll, id)
+	if err != nil {
+		return nil, err
+	}
+	return EncodeFields(fields, v.field), nil
+}
+
+// viewOf resolves coll and id and reads the document (view).
+func (s *Service) viewOf(ctx context.Context, coll, id string) (View, error) {
 	r, err := s.Ref(coll, id)
 	if err != nil {
-		return nil, err
+		return View{}, err
 	}
-	v, err := s.view(ctx, r.Coll, r.ID)
-	if err != nil {
-		return nil, err
-	}
+	return s.view(ctx, r.Coll, r.ID)
+}
+
+// field returns a field's JSON text and whether the document has it.
+func (v View) field(f string) (string, bool) {
 	if v.e != nil {
-		return EncodeFields(fields, hashGetter(v.e.Hash)), nil
+		t, ok := v.e.Hash[f]
+		return t, ok
 	}
-	return EncodeFields(fields, docGetter(v.doc)), nil
+	t, ok := v.doc[f]
+	return string(t), ok
 }
 
 // GetManyFields reads refs as GetManyJSON does and returns only the named
@@ -223,30 +235,19 @@ func hashGetter(h map[string]string) func(string) (string, bool) {
 	return func(f string) (string, bool) { v, ok := h[f]; return v, ok }
 }
 
-func docGetter(d change.Doc) func(string) (string, bool) {
-	return func(f string) (string, bool) { v, ok := d[f]; return string(v), ok }
-}
-
 // GetValues reads a document as Get does and returns the JSON text of each
 // named field, in the order named, "" for a field the document lacks: what
 // a near-cache hit holds, with no encoding and no copy (strings are
 // immutable), for an application in the process that decodes only what it
 // uses.
 func (s *Service) GetValues(ctx context.Context, coll, id string, fields []string) ([]string, error) {
-	r, err := s.Ref(coll, id)
+	v, err := s.viewOf(ctx, coll, id)
 	if err != nil {
 		return nil, err
-	}
-	v, err := s.view(ctx, r.Coll, r.ID)
-	if err != nil {
-		return nil, err
-	}
-	if v.e != nil {
-		return values(fields, v.e.Hash), nil
 	}
 	out := make([]string, len(fields))
 	for i, f := range fields {
-		out[i] = string(v.doc[f])
+		out[i], _ = v.field(f)
 	}
 	return out, nil
 }
