@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,16 +26,8 @@ import (
 // bound/postgres (the bound on A's ratio), near/bound and near/postgres
 // (A's ratio). b.N is ignored.
 func BenchmarkWriteBound(b *testing.B) {
-	db := setup(b)
-	near := nearSetup(b, 2*time.Second)
+	db, near, srv := boundSetup(b, true)
 	ctx := context.Background()
-
-	srv, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv.buffer, srv.prefix = respWorld.raw, respWorld.prefix+":"
-	defer srv.close()
 	defer func() {
 		// The bound's lists, one per record it wrote.
 		keys, _ := respWorld.raw.Keys(ctx, srv.prefix+"bound:*").Result()
