@@ -203,8 +203,16 @@ func startArmed(t *testing.T, cfg, addr string, envs ...string) *sidecar {
 
 func launch(t *testing.T, cfg, addr string, mayDie bool, envs ...string) *sidecar {
 	t.Helper()
+	return launchCmd(t, addr, mayDie, []string{binary, "serve", "--config", cfg}, envs...)
+}
+
+// launchCmd runs the program args (a sidecar, or an embedded member, which
+// answers the same client) serving addr and waits until it answers
+// /readyz; mayDie as in startArmed.
+func launchCmd(t *testing.T, addr string, mayDie bool, args []string, envs ...string) *sidecar {
+	t.Helper()
 	s := &sidecar{t: t, addr: addr, done: make(chan struct{})}
-	s.cmd = exec.Command(binary, "serve", "--config", cfg)
+	s.cmd = exec.Command(args[0], args[1:]...)
 	s.cmd.Env = append(os.Environ(), envs...)
 	out, err := s.cmd.StderrPipe()
 	if err != nil {
@@ -240,11 +248,11 @@ func launch(t *testing.T, cfg, addr string, mayDie bool, envs ...string) *sideca
 			if mayDie {
 				return s
 			}
-			t.Fatalf("sidecar exited during start-up:\n%s", s.out())
+			t.Fatalf("%s exited during start-up:\n%s", args[0], s.out())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sidecar not ready after 30s: %v\n%s", err, s.out())
+			t.Fatalf("%s not ready after 30s: %v\n%s", args[0], err, s.out())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -345,15 +353,27 @@ func evict(e *env, coll, id string) error {
 // armed with a fault point) while clients use whichever instance is
 // current.
 type crashing struct {
-	t         *testing.T
-	cfg, addr string
-	mu        sync.Mutex // guards sc
-	sc        *sidecar
+	t *testing.T
+	// run starts an instance armed with envs; mayDie as in startArmed.
+	run func(mayDie bool, envs ...string) *sidecar
+	// drain is where crashWorkload flushes at the end: nil, the final
+	// instance itself.
+	drain *sidecar
+	mu    sync.Mutex // guards sc
+	sc    *sidecar
 }
 
 func newCrashing(t *testing.T, cfg, addr string) *crashing {
 	t.Helper()
-	return &crashing{t: t, cfg: cfg, addr: addr, sc: start(t, cfg, addr)}
+	return newCrashingWith(t, func(mayDie bool, envs ...string) *sidecar {
+		return launch(t, cfg, addr, mayDie, envs...)
+	})
+}
+
+// newCrashingWith is newCrashing for a process that run starts.
+func newCrashingWith(t *testing.T, run func(mayDie bool, envs ...string) *sidecar) *crashing {
+	t.Helper()
+	return &crashing{t: t, run: run, sc: run(false)}
 }
 
 func (c *crashing) current() *sidecar {
@@ -375,7 +395,7 @@ func (c *crashing) restart(fault string) (selfKilled bool) {
 	if fault != "" {
 		envs = append(envs, "WRITEBACK_FAULTS="+fault)
 	}
-	next := startArmed(c.t, c.cfg, c.addr, envs...)
+	next := c.run(true, envs...)
 	c.mu.Lock()
 	c.sc = next
 	c.mu.Unlock()
@@ -388,5 +408,5 @@ func (c *crashing) final() *sidecar {
 	if last := c.current(); !last.exited() {
 		last.kill()
 	}
-	return start(c.t, c.cfg, c.addr)
+	return c.run(false)
 }
