@@ -204,6 +204,19 @@ func TestEmbeddedCrashRecovery(t *testing.T) {
 	if n := sideFailed.Load(); n > 0 {
 		t.Errorf("%d writes through the sidecar, which stayed up, failed (the last: %v): a dead member's lease must hold writes up for at most leaseTTL", n, sideErr)
 	}
+	// The sidecar's writes met the member's leases (else the test says
+	// nothing about them).
+	var revoked float64
+	for _, db := range []string{"pg", "maria"} {
+		l := `{collection="` + e.coll(db) + `"}`
+		n := metricValue(t, side.addr, "writeback_nearcache_revocations_sent_total"+l)
+		revoked += n
+		t.Logf("%s: the sidecar revoked leases %v times and waited %.2f s in %v writes", db, n,
+			metricValue(t, side.addr, "writeback_nearcache_write_wait_seconds_sum"+l), metricValue(t, side.addr, "writeback_nearcache_write_wait_seconds_count"+l))
+	}
+	if revoked == 0 {
+		t.Errorf("no write through the sidecar revoked a lease: the member held none where the sidecar wrote")
+	}
 	hits := `writeback_nearcache_hits_total{collection="` + e.coll("pg") + `"}`
 	for _, db := range []string{"pg", "maria"} {
 		got := e.rows(db)
