@@ -195,9 +195,7 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	waitFor(t, 20*time.Second, "the member to hold a lease on document 3 for another half lease", held)
-	if err := member.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	t.Logf("the member's threads all stopped %v after SIGSTOP", member.pause())
 	paused := time.Now()
 	resumed := false
 	defer func() {
@@ -214,9 +212,7 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	}
 	acked := time.Now()
 	waited := acked.Sub(paused)
-	if err := member.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	member.resume()
 	resumed = true
 	// The member's first read of document 3 after the pause (client 101).
 	call = time.Since(begin)

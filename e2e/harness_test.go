@@ -410,3 +410,64 @@ func (c *crashing) final() *sidecar {
 	}
 	return c.run(false)
 }
+
+// pause SIGSTOPs the process and returns once every one of its threads is
+// stopped, and how long that took. kill(2) only starts a stop: the group
+// stop begins when one thread of the process handles the signal, and until
+// then, on a loaded machine, its other threads run on — long enough, seen
+// under CI load, for a paused holder to answer a revocation sent after the
+// SIGSTOP.
+func (s *sidecar) pause() time.Duration {
+	s.t.Helper()
+	sent := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatal(err)
+	}
+	dir := fmt.Sprintf("/proc/%d/task", s.cmd.Process.Pid)
+	for deadline := sent.Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		running, err := threadsRunning(dir)
+		if err != nil {
+			s.t.Fatalf("pause: %v", err)
+		}
+		if running == 0 {
+			return time.Since(sent)
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("pause: %d threads of %s not stopped 30 s after SIGSTOP", running, s.addr)
+		}
+	}
+}
+
+// threadsRunning counts the threads in dir (/proc/<pid>/task) that are not
+// stopped (state T).
+func threadsRunning(dir string) (int, error) {
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			n++ // a thread that just exited, or unreadable: look again
+			continue
+		}
+		// "tid (comm) S …": comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s/%s/stat: %q", dir, task.Name(), b)
+		}
+		if b[i+2] != 'T' {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// resume SIGCONTs a paused process.
+func (s *sidecar) resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatal(err)
+	}
+}

@@ -123,9 +123,8 @@ func TestNearHolderPaused(t *testing.T) {
 // that lease expires, and that the holder, SIGCONTed, serves the new value.
 func nearHolderPaused(t *testing.T, e *env, holder, writer *sidecar, coll string, leased time.Time) {
 	t.Helper()
-	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopped := holder.pause()
+	t.Logf("the holder's threads all stopped %v after SIGSTOP", stopped)
 	resumed := false
 	defer func() {
 		if !resumed {
@@ -149,7 +148,7 @@ func nearHolderPaused(t *testing.T, e *env, holder, writer *sidecar, coll string
 		// Seen once under a fresh clone's make test, not reproduced since:
 		// say what the lease record and both sidecars said.
 		nearDiagnose(t, e, coll, holder, writer)
-		t.Fatalf("the write ended (%v) %v after the lease was taken, before the paused holder's lease (%v) expired", r.err, r.at.Sub(leased), nearLease)
+		t.Fatalf("the write ended (%v) %v after the lease was taken, before the paused holder's lease (%v) expired (the holder took %v to stop)", r.err, r.at.Sub(leased), nearLease, stopped)
 	default:
 	}
 	if got := nearRead(t, writer, coll); got != "init" {
@@ -167,9 +166,7 @@ func nearHolderPaused(t *testing.T, e *env, holder, writer *sidecar, coll string
 	if d := at.Sub(leased); d > nearLease+3*time.Second {
 		t.Errorf("the write took %v after the lease was taken: it should complete soon after the %v lease expires", d, nearLease)
 	}
-	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	holder.resume()
 	resumed = true
 	for i := range 5 {
 		if got := nearRead(t, holder, coll); got != "new" {
