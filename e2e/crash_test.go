@@ -108,11 +108,10 @@ type crashOps interface {
 // points: between buffering and acknowledging, before the store commit,
 // between the store commit and the trim — and restarted on the same ports.
 // It returns the model of what the clients know was acknowledged, and a
-// fresh sidecar that has flushed everything.
-func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills int, opsFor func(c int, current func() *sidecar) crashOps) (map[string][]*docModel, *sidecar) {
+// fresh instance, everything flushed (through cr.drain if set).
+func crashWorkload(t *testing.T, e *env, cr *crashing, docs, clients, kills int, opsFor func(c int, current func() *sidecar) crashOps) (map[string][]*docModel, *sidecar) {
 	t.Helper()
 	faults := []string{"", "", "bgt.after-commit:1-6", "bgt.before-commit:1-6", "api.after-buffer:5-60"}
-	cr := newCrashing(t, cfg, addr)
 	current := cr.current
 
 	models := map[string][]*docModel{}
@@ -202,6 +201,7 @@ func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills 
 		return acked
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
+	selfKilled := 0
 	for k := range kills {
 		from := ackedNow()
 		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
@@ -210,13 +210,19 @@ func crashWorkload(t *testing.T, e *env, cfg, addr string, docs, clients, kills 
 				break
 			}
 		}
-		cr.restart(faults[k%len(faults)])
+		if cr.restart(faults[k%len(faults)]) {
+			selfKilled++
+		}
 	}
 	close(stop)
 	wg.Wait()
 	final := cr.final()
-	final.flush(t)
-	t.Logf("%d kills; writes: %d acknowledged, %d uncertain, %d refused while down", kills, acked, uncertain, refused)
+	if cr.drain != nil {
+		cr.drain.flush(t)
+	} else {
+		final.flush(t)
+	}
+	t.Logf("%d kills (%d at their armed fault point); writes: %d acknowledged, %d uncertain, %d refused while down", kills, selfKilled, acked, uncertain, refused)
 	if acked < 500 {
 		t.Errorf("only %d writes acknowledged; the workload barely ran", acked)
 	}
@@ -243,7 +249,7 @@ func TestCrashRecovery(t *testing.T) {
 	const docs = 12
 	e := newEnv(t, docs)
 	addr := freeAddr(t)
-	models, final := crashWorkload(t, e, e.config(addr, "write-back", ""), addr, docs, 8, 22,
+	models, final := crashWorkload(t, e, newCrashing(t, e.config(addr, "write-back", ""), addr), docs, 8, 22,
 		func(_ int, current func() *sidecar) crashOps { return httpOps{current} })
 	for _, db := range []string{"pg", "maria"} {
 		got := e.rows(db)

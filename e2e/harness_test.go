@@ -203,8 +203,16 @@ func startArmed(t *testing.T, cfg, addr string, envs ...string) *sidecar {
 
 func launch(t *testing.T, cfg, addr string, mayDie bool, envs ...string) *sidecar {
 	t.Helper()
+	return launchCmd(t, addr, mayDie, []string{binary, "serve", "--config", cfg}, envs...)
+}
+
+// launchCmd runs the program args (a sidecar, or an embedded member, which
+// answers the same client) serving addr and waits until it answers
+// /readyz; mayDie as in startArmed.
+func launchCmd(t *testing.T, addr string, mayDie bool, args []string, envs ...string) *sidecar {
+	t.Helper()
 	s := &sidecar{t: t, addr: addr, done: make(chan struct{})}
-	s.cmd = exec.Command(binary, "serve", "--config", cfg)
+	s.cmd = exec.Command(args[0], args[1:]...)
 	s.cmd.Env = append(os.Environ(), envs...)
 	out, err := s.cmd.StderrPipe()
 	if err != nil {
@@ -240,11 +248,11 @@ func launch(t *testing.T, cfg, addr string, mayDie bool, envs ...string) *sideca
 			if mayDie {
 				return s
 			}
-			t.Fatalf("sidecar exited during start-up:\n%s", s.out())
+			t.Fatalf("%s exited during start-up:\n%s", args[0], s.out())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sidecar not ready after 30s: %v\n%s", err, s.out())
+			t.Fatalf("%s not ready after 30s: %v\n%s", args[0], err, s.out())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -345,15 +353,27 @@ func evict(e *env, coll, id string) error {
 // armed with a fault point) while clients use whichever instance is
 // current.
 type crashing struct {
-	t         *testing.T
-	cfg, addr string
-	mu        sync.Mutex // guards sc
-	sc        *sidecar
+	t *testing.T
+	// run starts an instance armed with envs; mayDie as in startArmed.
+	run func(mayDie bool, envs ...string) *sidecar
+	// drain is where crashWorkload flushes at the end: nil, the final
+	// instance itself.
+	drain *sidecar
+	mu    sync.Mutex // guards sc
+	sc    *sidecar
 }
 
 func newCrashing(t *testing.T, cfg, addr string) *crashing {
 	t.Helper()
-	return &crashing{t: t, cfg: cfg, addr: addr, sc: start(t, cfg, addr)}
+	return newCrashingWith(t, func(mayDie bool, envs ...string) *sidecar {
+		return launch(t, cfg, addr, mayDie, envs...)
+	})
+}
+
+// newCrashingWith is newCrashing for a process that run starts.
+func newCrashingWith(t *testing.T, run func(mayDie bool, envs ...string) *sidecar) *crashing {
+	t.Helper()
+	return &crashing{t: t, run: run, sc: run(false)}
 }
 
 func (c *crashing) current() *sidecar {
@@ -375,7 +395,7 @@ func (c *crashing) restart(fault string) (selfKilled bool) {
 	if fault != "" {
 		envs = append(envs, "WRITEBACK_FAULTS="+fault)
 	}
-	next := startArmed(c.t, c.cfg, c.addr, envs...)
+	next := c.run(true, envs...)
 	c.mu.Lock()
 	c.sc = next
 	c.mu.Unlock()
@@ -388,5 +408,66 @@ func (c *crashing) final() *sidecar {
 	if last := c.current(); !last.exited() {
 		last.kill()
 	}
-	return start(c.t, c.cfg, c.addr)
+	return c.run(false)
+}
+
+// pause SIGSTOPs the process and returns once every one of its threads is
+// stopped, and how long that took. kill(2) only starts a stop: the group
+// stop begins when one thread of the process handles the signal, and until
+// then, on a loaded machine, its other threads run on — long enough, seen
+// under CI load, for a paused holder to answer a revocation sent after the
+// SIGSTOP.
+func (s *sidecar) pause() time.Duration {
+	s.t.Helper()
+	sent := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatal(err)
+	}
+	dir := fmt.Sprintf("/proc/%d/task", s.cmd.Process.Pid)
+	for deadline := sent.Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		running, err := threadsRunning(dir)
+		if err != nil {
+			s.t.Fatalf("pause: %v", err)
+		}
+		if running == 0 {
+			return time.Since(sent)
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("pause: %d threads of %s not stopped 30 s after SIGSTOP", running, s.addr)
+		}
+	}
+}
+
+// threadsRunning counts the threads in dir (/proc/<pid>/task) that are not
+// stopped (state T).
+func threadsRunning(dir string) (int, error) {
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			n++ // a thread that just exited, or unreadable: look again
+			continue
+		}
+		// "tid (comm) S …": comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s/%s/stat: %q", dir, task.Name(), b)
+		}
+		if b[i+2] != 'T' {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// resume SIGCONTs a paused process.
+func (s *sidecar) resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatal(err)
+	}
 }

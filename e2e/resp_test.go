@@ -459,7 +459,7 @@ func TestRESPCrashRecovery(t *testing.T) {
 	e := newEnv(t, docs)
 	addr, raddr := freeAddr(t), freeAddr(t)
 	cfg := e.config(addr, "write-back", "listenResp: "+raddr+"\n")
-	models, _ := crashWorkload(t, e, cfg, addr, docs, 8, 22,
+	models, _ := crashWorkload(t, e, newCrashing(t, cfg, addr), docs, 8, 22,
 		func(c int, _ func() *sidecar) crashOps { return respOps{respClient(t, raddr, 2+c%2)} })
 	rc := respClient(t, raddr, 3)
 	for _, db := range []string{"pg", "maria"} {
