@@ -77,6 +77,7 @@ var regModel = porcupine.Model{
 // requests in flight across the pause. The history, the paused requests
 // and the member's reads after it included, must be linearizable.
 func TestEmbeddedPausedLinearizable(t *testing.T) {
+	nearOnly(t)
 	const docs = 3
 	e := newEnv(t, docs)
 	coll := e.coll("pg")

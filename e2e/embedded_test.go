@@ -80,6 +80,7 @@ func embeddedPair(t *testing.T, docs int) (e *env, member, writer *sidecar, coll
 // lease expires, not before, and is invisible until then; the resumed
 // member serves the new value.
 func TestEmbeddedHolderPaused(t *testing.T) {
+	nearOnly(t)
 	e, member, writer, coll, _ := embeddedPair(t, 1)
 	leased := nearLeaseOn(t, member, coll, "1")
 	nearHolderPaused(t, e, member, writer, coll, leased)
@@ -90,6 +91,7 @@ func TestEmbeddedHolderPaused(t *testing.T) {
 // an application with a fixed Options.InstanceID) reads the new value and
 // leases it again.
 func TestEmbeddedHolderKilled(t *testing.T) {
+	nearOnly(t)
 	e, member, writer, coll, cfg := embeddedPair(t, 1)
 	leased := nearLeaseOn(t, member, coll, "1")
 	member.kill()
@@ -115,6 +117,7 @@ func TestEmbeddedHolderKilled(t *testing.T) {
 // expired (not before, and not never), and a restarted member reads every
 // new value.
 func TestEmbeddedHolderKilledWhileWritersWait(t *testing.T) {
+	nearOnly(t)
 	const docs = 4
 	e, member, writer, coll, cfg := embeddedPair(t, docs)
 	leased := make([]time.Time, docs)
@@ -174,6 +177,7 @@ func TestEmbeddedHolderKilledWhileWritersWait(t *testing.T) {
 // and a flush both databases equal the model of acknowledged writes, and
 // the member and the sidecar read what the databases hold.
 func TestEmbeddedCrashRecovery(t *testing.T) {
+	nearOnly(t)
 	const docs, clients = 12, 8
 	e := newEnv(t, docs)
 	addrM, addrS := freeAddr(t), freeAddr(t)
