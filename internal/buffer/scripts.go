@@ -72,15 +72,14 @@ end
 // the group and the partition's floor (the highest seq the caller knows it
 // gave out or its store applied; {-6} below it). Then, per write of the
 // group: KEYS cache entry (hash), buffered write (list), I leases (hash),
-// named as buffer.go
-// names them (the cache entry is the tag, "c:" and the pending member; the
-// pending index is the tag and "pending"); ARGV the number n of the
-// write's arguments that follow, then n arguments: 1 body (its first byte
-// is the kind: P U D), 2 cache mode ("u" update the entry, "x" invalidate
-// it) followed by flags (below), 3 cache TTL ms, 4 I-lease token, 5 base:
-// "-" none, "0" the store has no such document, "m" m base field pairs
-// follow; then the base pairs; then the cache operations: for P
-// field/value pairs, for U triples op/field/value (op S set, I integer
+// named as buffer.go names them (the cache entry is the tag, "c:" and the
+// pending member; the pending index is the tag and "pending"); ARGV the
+// number n of the write's arguments that follow, then n arguments: 1 body
+// (its first byte is the kind: P U D), 2 cache mode ("u" update the entry,
+// "x" invalidate it) followed by flags (below), 3 cache TTL ms, 4 I-lease
+// token, 5 base: "-" none, "0" the store has no such document, "m" m base
+// field pairs follow; then the base pairs; then the cache operations: for
+// P field/value pairs, for U triples op/field/value (op S set, I integer
 // increment, X float increment: invalidate the entry).
 //
 // Returns one reply per write, in order: {seq} when buffered, {0} when the
@@ -89,8 +88,8 @@ end
 // token, which this call registered as an I lease), {-1} when a patch
 // targets a missing document, {-2} when the token was voided by a
 // concurrent write (start over), {-6} when the partition's sequence is
-// missing or below the floor (below), {-7, message} when Redis refused one of the write's
-// commands (out of memory, say): the other writes go on.
+// missing or below the floor (below), {-7, message} when Redis refused one
+// of the write's commands (out of memory, say): the other writes go on.
 //
 // Flags, for the Redis-protocol front door, whose replies report what a
 // write found (HSET's count of new fields, HINCRBY's new value, DEL's count),
