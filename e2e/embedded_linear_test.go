@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,59 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/writeback/writeback/internal/linear"
 )
-
-// regOp is an operation of a linearizability history on the documents of
-// an env: a get, a $set of s or an $inc of n.
-type regOp struct {
-	Doc  int
-	Kind byte // 'g', 's', 'i'
-	S    string
-	N    int64
-}
-
-// regState is a document's value (n, s), and a get's output.
-type regState struct {
-	N int64
-	S string
-}
-
-var regModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[int][]porcupine.Operation{}
-		for _, op := range h {
-			d := op.Input.(regOp).Doc
-			by[d] = append(by[d], op)
-		}
-		var out [][]porcupine.Operation
-		for _, ops := range by {
-			out = append(out, ops)
-		}
-		return out
-	},
-	Init: func() any { return regState{N: 0, S: "init"} },
-	Step: func(state, input, output any) (bool, any) {
-		st, in := state.(regState), input.(regOp)
-		switch in.Kind {
-		case 's':
-			return true, regState{N: st.N, S: in.S}
-		case 'i':
-			return true, regState{N: st.N + in.N, S: st.S}
-		}
-		return output.(regState) == st, st
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(regOp)
-		switch in.Kind {
-		case 's':
-			return fmt.Sprintf("doc%d set %s", in.Doc, in.S)
-		case 'i':
-			return fmt.Sprintf("doc%d inc %d", in.Doc, in.N)
-		}
-		return fmt.Sprintf("doc%d get -> %v", in.Doc, output)
-	},
-}
 
 // TestEmbeddedPausedLinearizable: two sidecars and an embedded member (a
 // process, running the appliers) with clients on each writing and reading
@@ -90,35 +38,24 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	}
 	member := members[2]
 
-	begin := time.Now()
+	history := linear.NewHistory()
 	var (
-		mu      sync.Mutex
-		history []porcupine.Operation
-		wg      sync.WaitGroup
-		stop    = make(chan struct{})
+		wg   sync.WaitGroup
+		stop = make(chan struct{})
 	)
-	record := func(cl int, in regOp, call time.Duration, out regState, failed bool) {
-		ret := int64(time.Since(begin))
-		if failed {
-			ret = math.MaxInt64 // it may or may not have taken effect
-		}
-		mu.Lock()
-		history = append(history, porcupine.Operation{ClientId: cl, Input: in, Call: int64(call), Output: out, Return: ret})
-		mu.Unlock()
-	}
-	get := func(s *sidecar, doc int) (regState, error) {
+	get := func(s *sidecar, doc int) (linear.State, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		raw, _, err := s.c.Get(ctx, coll, strconv.Itoa(doc))
 		if err != nil {
-			return regState{}, err
+			return linear.State{}, err
 		}
 		var d struct {
 			N int64  `json:"n"`
 			S string `json:"s"`
 		}
 		err = json.Unmarshal(raw, &d)
-		return regState{N: d.N, S: d.S}, err
+		return linear.State{N: d.N, S: d.S}, err
 	}
 	patch := func(s *sidecar, doc int, ops map[string]any) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -146,19 +83,19 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 					if doc == 3 {
 						r = 9 // document 3 is read only, but for the test's own write
 					}
-					call := time.Since(begin)
+					call := history.Now()
 					switch {
 					case r < 2:
 						v := fmt.Sprintf("c%d-%d", cl, seq)
 						err := patch(s, doc, map[string]any{"$set": map[string]any{"s": v}})
-						record(cl, regOp{Doc: doc, Kind: 's', S: v}, call, regState{}, err != nil)
+						history.Add(cl, linear.Op{Doc: doc, Kind: linear.Set, S: v}, call, linear.State{}, err != nil)
 						if err != nil {
 							t.Errorf("client %d: write of document %d through %s: %v", cl, doc, s.addr, err)
 						}
 					case r < 4:
-						in := regOp{Doc: doc, Kind: 'i', N: 1 + rng.Int64N(5)}
+						in := linear.Op{Doc: doc, Kind: linear.Inc, N: 1 + rng.Int64N(5)}
 						err := patch(s, doc, map[string]any{"$inc": map[string]any{"n": in.N}})
-						record(cl, in, call, regState{}, err != nil)
+						history.Add(cl, in, call, linear.State{}, err != nil)
 						if err != nil {
 							t.Errorf("client %d: write of document %d through %s: %v", cl, doc, s.addr, err)
 						}
@@ -168,7 +105,7 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 							t.Errorf("client %d: read of document %d through %s: %v", cl, doc, s.addr, err)
 							continue
 						}
-						record(cl, regOp{Doc: doc, Kind: 'g'}, call, st, false)
+						history.Add(cl, linear.Op{Doc: doc, Kind: linear.Get}, call, st, false)
 					}
 				}
 			}()
@@ -205,9 +142,9 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 		}
 	}()
 	// The test's own write of document 3 (client 100), through sidecar A.
-	call := time.Since(begin)
+	call := history.Now()
 	err := patch(members[0], 3, map[string]any{"$set": map[string]any{"s": "while-paused"}})
-	record(100, regOp{Doc: 3, Kind: 's', S: "while-paused"}, call, regState{}, err != nil)
+	history.Add(100, linear.Op{Doc: 3, Kind: linear.Set, S: "while-paused"}, call, linear.State{}, err != nil)
 	if err != nil {
 		t.Errorf("write of document 3 while the member was paused: %v", err)
 	}
@@ -216,12 +153,12 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	member.resume()
 	resumed = true
 	// The member's first read of document 3 after the pause (client 101).
-	call = time.Since(begin)
+	call = history.Now()
 	st, err := get(member, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	record(101, regOp{Doc: 3, Kind: 'g'}, call, st, false)
+	history.Add(101, linear.Op{Doc: 3, Kind: linear.Get}, call, st, false)
 	if st.S != "while-paused" {
 		t.Errorf("the resumed member read s = %q of document 3, want while-paused (written while it was paused)", st.S)
 	}
@@ -231,14 +168,7 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	var reads, writes int
-	for _, op := range history {
-		if op.Input.(regOp).Kind == 'g' {
-			reads++
-		} else {
-			writes++
-		}
-	}
+	reads, writes := history.Counts()
 	t.Logf("the write of document 3 waited %v for the paused member; %d reads, %d writes, %.0f near-cache hits in the member",
 		waited.Round(time.Millisecond), reads, writes, metricValue(t, member.addr, `writeback_nearcache_hits_total{collection="`+coll+`"}`))
 	// (A renewal between the look at the lease and the pause only moves
@@ -250,10 +180,5 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	if reads < 100 || writes < 20 {
 		t.Fatalf("too few operations to tell: %d reads, %d writes", reads, writes)
 	}
-	res, info := porcupine.CheckOperationsVerbose(regModel, history, time.Minute)
-	if res != porcupine.Ok {
-		path := filepath.Join(os.TempDir(), e.prefix+"-history.html")
-		_ = porcupine.VisualizePath(regModel, info, path)
-		t.Fatalf("the history is %s (visualization: %s)", res, path)
-	}
+	history.Check(t, linear.State{N: 0, S: "init"}, filepath.Join(os.TempDir(), e.prefix+"-history.html"))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -12,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/internal/linear"
 	"github.com/writeback/writeback/internal/testenv"
 	"github.com/writeback/writeback/pkg/client"
 	"github.com/writeback/writeback/pkg/writeback"
@@ -29,59 +28,6 @@ import (
 // multi-read, HGETALL, the embedded Get and GetMany) a few hot documents
 // while a goroutine deletes cache entries behind the members' backs. The
 // history must be linearizable for a register of (n, s) per document.
-
-// nearOp is an operation of the history.
-type nearOp struct {
-	Doc  int
-	Kind byte   // 'g' get, 's' set s, 'i' inc n
-	S    string // set's value
-	N    int64  // inc's amount
-}
-
-// nearState is a document's value, and a get's output.
-type nearState struct {
-	N int64
-	S string
-	// Unknown marks a get that failed: it constrains nothing.
-	Unknown bool
-}
-
-var nearModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[int][]porcupine.Operation{}
-		for _, op := range h {
-			d := op.Input.(nearOp).Doc
-			by[d] = append(by[d], op)
-		}
-		var out [][]porcupine.Operation
-		for _, ops := range by {
-			out = append(out, ops)
-		}
-		return out
-	},
-	Init: func() any { return nearState{N: 1, S: "one"} },
-	Step: func(state, input, output any) (bool, any) {
-		st, in := state.(nearState), input.(nearOp)
-		switch in.Kind {
-		case 's':
-			return true, nearState{N: st.N, S: in.S}
-		case 'i':
-			return true, nearState{N: st.N + in.N, S: st.S}
-		}
-		out := output.(nearState)
-		return out.Unknown || out == st, st
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(nearOp)
-		switch in.Kind {
-		case 's':
-			return fmt.Sprintf("doc%d set %s", in.Doc, in.S)
-		case 'i':
-			return fmt.Sprintf("doc%d inc %d", in.Doc, in.N)
-		}
-		return fmt.Sprintf("doc%d get -> %v", in.Doc, output)
-	},
-}
 
 func TestNearCacheLinearizable(t *testing.T) {
 	for _, hot := range []time.Duration{0, 2 * time.Second} {
@@ -114,22 +60,8 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
-	start := time.Now()
-	var (
-		mu      sync.Mutex
-		history []porcupine.Operation
-		wg      sync.WaitGroup
-	)
-	record := func(cl int, in nearOp, call int64, out nearState, failed bool) {
-		ret := int64(time.Since(start))
-		if failed {
-			// It may or may not have taken effect: open until the end.
-			ret = math.MaxInt64
-		}
-		mu.Lock()
-		history = append(history, porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: out, Return: ret})
-		mu.Unlock()
-	}
+	history := linear.NewHistory()
+	var wg sync.WaitGroup
 	// Evictions behind the sidecars' backs.
 	wg.Add(1)
 	go func() {
@@ -170,7 +102,7 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 				seq := 0
 				for ctx.Err() == nil && seq < maxOps {
 					doc := 1 + rand.IntN(nearDocs)
-					call := int64(time.Since(start))
+					call := history.Now()
 					seq++
 					r := rand.IntN(10)
 					if doc == nearDocs && r < 4 && rand.IntN(2000) > 0 {
@@ -182,14 +114,14 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 					case r < 2:
 						v := fmt.Sprintf("c%d-%d", cl, seq)
 						err := m.set(ctx, doc, v, r)
-						record(cl, nearOp{Doc: doc, Kind: 's', S: v}, call, nearState{}, err != nil)
+						history.Add(cl, linear.Op{Doc: doc, Kind: linear.Set, S: v}, call, linear.State{}, err != nil)
 						if err != nil && ctx.Err() == nil {
 							t.Errorf("client %d: write doc %d: %v", cl, doc, err)
 						}
 					case r < 4:
-						in := nearOp{Doc: doc, Kind: 'i', N: 1 + int64(rand.IntN(5))}
+						in := linear.Op{Doc: doc, Kind: linear.Inc, N: 1 + int64(rand.IntN(5))}
 						err := m.inc(ctx, doc, in.N, r)
-						record(cl, in, call, nearState{}, err != nil)
+						history.Add(cl, in, call, linear.State{}, err != nil)
 						if err != nil && ctx.Err() == nil {
 							t.Errorf("client %d: write doc %d: %v", cl, doc, err)
 						}
@@ -201,21 +133,14 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 							}
 							continue
 						}
-						record(cl, nearOp{Doc: doc, Kind: 'g'}, call, st, false)
+						history.Add(cl, linear.Op{Doc: doc, Kind: linear.Get}, call, st, false)
 					}
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	var reads, writes int
-	for _, op := range history {
-		if op.Input.(nearOp).Kind == 'g' {
-			reads++
-		} else {
-			writes++
-		}
-	}
+	reads, writes := history.Counts()
 	hits := 0.0
 	for _, srv := range srvs {
 		hits += max(srv.metric(t, `writeback_nearcache_hits_total{collection="`+f.table+`"}`), 0)
@@ -261,12 +186,7 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 		t.Errorf("%d lease fields left, more than one per document and member", left)
 	}
 	t.Logf("%d expired lease fields left", left)
-	res, info := porcupine.CheckOperationsVerbose(nearModel, history, time.Minute)
-	if res != porcupine.Ok {
-		path := t.TempDir() + "/history.html"
-		_ = porcupine.VisualizePath(nearModel, info, path)
-		t.Fatalf("history is %s (visualization: %s)", res, path)
-	}
+	history.Check(t, linear.State{N: 1, S: "one"}, t.TempDir()+"/history.html")
 }
 
 // nearYAML is the configuration every member shares; name ends the
@@ -286,7 +206,7 @@ writeback: {partitions: 4, workers: 1, pollInterval: 20ms, ownerLease: 3s, insta
 type nearMember interface {
 	set(ctx context.Context, doc int, v string, r int) error
 	inc(ctx context.Context, doc int, n int64, r int) error
-	get(ctx context.Context, doc int, r int) (nearState, error)
+	get(ctx context.Context, doc int, r int) (linear.State, error)
 }
 
 // sidecarMember is a sidecar through its HTTP API and its Redis protocol.
@@ -314,7 +234,7 @@ func (m *sidecarMember) inc(ctx context.Context, doc int, n int64, r int) error 
 	return m.rc.HIncrBy(ctx, m.table+"/"+id, "n", n).Err()
 }
 
-func (m *sidecarMember) get(ctx context.Context, doc int, r int) (st nearState, err error) {
+func (m *sidecarMember) get(ctx context.Context, doc int, r int) (st linear.State, err error) {
 	id := strconv.Itoa(doc)
 	switch r {
 	case 4, 5:
@@ -353,7 +273,7 @@ func (m *embeddedMember) inc(ctx context.Context, doc int, n int64, _ int) error
 	return err
 }
 
-func (m *embeddedMember) get(ctx context.Context, doc int, r int) (st nearState, err error) {
+func (m *embeddedMember) get(ctx context.Context, doc int, r int) (st linear.State, err error) {
 	id := strconv.Itoa(doc)
 	if r == 6 {
 		var docs []json.RawMessage
