@@ -180,5 +180,7 @@ func TestEmbeddedPausedLinearizable(t *testing.T) {
 	if reads < 100 || writes < 20 {
 		t.Fatalf("too few operations to tell: %d reads, %d writes", reads, writes)
 	}
-	history.Check(t, linear.State{N: 0, S: "init"}, filepath.Join(os.TempDir(), e.prefix+"-history.html"))
+	if err := history.Check(linear.State{N: 0, S: "init"}, filepath.Join(os.TempDir(), e.prefix+"-history.html")); err != nil {
+		t.Fatal(err)
+	}
 }

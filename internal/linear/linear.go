@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -123,18 +122,20 @@ func (h *History) Counts() (reads, writes int) {
 	return reads, writes
 }
 
-// Check fails t unless porcupine finds the history linearizable for
-// Model(init) within a minute; it then writes porcupine's visualization of
-// it to the file vizPath and names it.
-func (h *History) Check(t testing.TB, init State, vizPath string) {
-	t.Helper()
+// Check returns an error unless porcupine finds the history linearizable
+// for Model(init) within a minute; porcupine's visualization of it is then
+// in the file vizPath, which the error names.
+func (h *History) Check(init State, vizPath string) error {
 	h.mu.Lock()
 	ops := append([]porcupine.Operation(nil), h.ops...)
 	h.mu.Unlock()
 	m := Model(init)
 	res, info := porcupine.CheckOperationsVerbose(m, ops, time.Minute)
-	if res != porcupine.Ok {
-		_ = porcupine.VisualizePath(m, info, vizPath)
-		t.Fatalf("the history is %s (visualization: %s)", res, vizPath)
+	if res == porcupine.Ok {
+		return nil
 	}
+	if err := porcupine.VisualizePath(m, info, vizPath); err != nil {
+		return fmt.Errorf("linear: the history is %s (no visualization: %v)", res, err)
+	}
+	return fmt.Errorf("linear: the history is %s (visualization: %s)", res, vizPath)
 }

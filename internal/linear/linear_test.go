@@ -3,6 +3,7 @@ package linear
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -74,15 +75,6 @@ func TestModel(t *testing.T) {
 	}
 }
 
-// fatalRecorder records the message Check fails the test with.
-type fatalRecorder struct {
-	testing.TB
-	msg string
-}
-
-func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
-func (f *fatalRecorder) Helper()                           {}
-
 func TestHistory(t *testing.T) {
 	h := NewHistory()
 	call := h.Now()
@@ -99,14 +91,18 @@ func TestHistory(t *testing.T) {
 		t.Errorf("calls and returns out of order: %+v", ops)
 	}
 	// The failed inc may not have taken effect: linearizable.
-	h.Check(t, init0, filepath.Join(t.TempDir(), "ok.html"))
+	if err := h.Check(init0, filepath.Join(t.TempDir(), "ok.html")); err != nil {
+		t.Fatal(err)
+	}
 
 	// A get after it of n = 1 (a stale read) is not.
 	h.Add(0, Op{Doc: 1, Kind: Get}, h.Now(), init0, false)
-	rec := &fatalRecorder{TB: t}
 	viz := filepath.Join(t.TempDir(), "illegal.html")
-	h.Check(rec, init0, viz)
-	if want := fmt.Sprintf("the history is Illegal (visualization: %s)", viz); rec.msg != want {
-		t.Errorf("Check failed with %q, want %q", rec.msg, want)
+	want := fmt.Sprintf("linear: the history is Illegal (visualization: %s)", viz)
+	if err := h.Check(init0, viz); err == nil || err.Error() != want {
+		t.Errorf("Check: %v, want %s", err, want)
+	}
+	if _, err := os.Stat(viz); err != nil {
+		t.Errorf("no visualization: %v", err)
 	}
 }

@@ -186,7 +186,9 @@ func nearLinearRun(t *testing.T, hot time.Duration) {
 		t.Errorf("%d lease fields left, more than one per document and member", left)
 	}
 	t.Logf("%d expired lease fields left", left)
-	history.Check(t, linear.State{N: 1, S: "one"}, t.TempDir()+"/history.html")
+	if err := history.Check(linear.State{N: 1, S: "one"}, t.TempDir()+"/history.html"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // nearYAML is the configuration every member shares; name ends the
