@@ -32,41 +32,40 @@ func TestReplicationFailureOverHTTP(t *testing.T) {
 	w := newWorld(t, opts{edit: func(c *config.Config) {
 		c.Redis.Addrs, c.Redis.Replicas = []string{primary}, 1
 	}})
-	waitFor(t, 15*time.Second, "writeback_redis_replicas_in_sync to read 1", func() bool {
-		return w.metric(t, "writeback_redis_replicas_in_sync") == 1
-	})
-
-	r := w.do(t, "PUT", "/v1/docs/"+w.coll+"/1", `{"n":1}`)
-	r.isError(t, "a write WAIT cannot confirm", http.StatusInternalServerError, client.CodeUncertain,
-		"the write reached only 0 of the 1 required Redis replicas in time, so it is not acknowledged")
-	r.retries(t, "a write WAIT cannot confirm", false)
-	if got := w.metric(t, "writeback_redis_replication_failures_total"); got != 1 {
-		t.Errorf("writeback_redis_replication_failures_total = %v after one write WAIT could not confirm; want 1", got)
-	}
-	if got := w.metric(t, "writeback_replica_shortfalls_total"); got != 0 {
-		t.Errorf("writeback_replica_shortfalls_total = %v; want 0 while the replica counts as in sync", got)
-	}
-	// Buffered on the primary: that is why retrying is not safe.
-	if st := w.status(t); st.Pending != 1 {
-		t.Errorf("status: %d pending; want the unconfirmed write buffered (1)", st.Pending)
-	}
-
-	replica.detach()
-	waitFor(t, 15*time.Second, "writeback_redis_replicas_in_sync to read 0", func() bool {
-		return w.metric(t, "writeback_redis_replicas_in_sync") == 0
-	})
-	r = w.do(t, "PUT", "/v1/docs/"+w.coll+"/2", `{"n":2}`)
-	r.isError(t, "a write short of in-sync replicas", http.StatusServiceUnavailable, client.CodeUnavailable,
-		"only 0 of the 1 required Redis replicas are in sync, so nothing was buffered")
-	r.retries(t, "a write short of in-sync replicas", true)
-	if got := w.metric(t, "writeback_redis_replication_failures_total"); got != 1 {
-		t.Errorf("writeback_redis_replication_failures_total = %v after a refused write; want still 1", got)
-	}
-	if got := w.metric(t, "writeback_replica_shortfalls_total"); got != 1 {
-		t.Errorf("writeback_replica_shortfalls_total = %v; want 1", got)
-	}
-	if st := w.status(t); st.Pending != 1 {
-		t.Errorf("status: %d pending; want the refused write not buffered (still 1)", st.Pending)
+	// Two writes in turn, each once the sidecar sees inSync replicas in
+	// sync, and the counters after it. Both leave one change pending: the
+	// first is buffered on the primary (that is why retrying it is not
+	// safe), the second is refused before anything is buffered.
+	for i, wr := range []struct {
+		what                 string
+		before               func()
+		inSync               float64
+		status               int
+		code, msg            string
+		retry                bool
+		failures, shortfalls float64
+	}{
+		{"a write WAIT cannot confirm", func() {}, 1, http.StatusInternalServerError, client.CodeUncertain,
+			"the write reached only 0 of the 1 required Redis replicas in time, so it is not acknowledged", false, 1, 0},
+		{"a write short of in-sync replicas", replica.detach, 0, http.StatusServiceUnavailable, client.CodeUnavailable,
+			"only 0 of the 1 required Redis replicas are in sync, so nothing was buffered", true, 1, 1},
+	} {
+		wr.before()
+		waitFor(t, 15*time.Second, fmt.Sprintf("writeback_redis_replicas_in_sync to read %v", wr.inSync), func() bool {
+			return w.metric(t, "writeback_redis_replicas_in_sync") == wr.inSync
+		})
+		r := w.do(t, "PUT", fmt.Sprintf("/v1/docs/%s/%d", w.coll, i+1), fmt.Sprintf(`{"n":%d}`, i+1))
+		r.isError(t, wr.what, wr.status, wr.code, wr.msg)
+		r.retries(t, wr.what, wr.retry)
+		if got := w.metric(t, "writeback_redis_replication_failures_total"); got != wr.failures {
+			t.Errorf("after %s: writeback_redis_replication_failures_total = %v; want %v", wr.what, got, wr.failures)
+		}
+		if got := w.metric(t, "writeback_replica_shortfalls_total"); got != wr.shortfalls {
+			t.Errorf("after %s: writeback_replica_shortfalls_total = %v; want %v", wr.what, got, wr.shortfalls)
+		}
+		if st := w.status(t); st.Pending != 1 {
+			t.Errorf("after %s: status: %d pending; want 1, the unconfirmed first write", wr.what, st.Pending)
+		}
 	}
 }
 
