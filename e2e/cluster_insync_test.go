@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,19 +27,13 @@ import (
 // first primary are acknowledged again. After a flush the store holds
 // every acknowledged increment and none of the refused ones.
 func TestClusterInSyncPerPrimary(t *testing.T) {
-	topology(t, "cluster", "up")
-	t.Cleanup(func() { topology(t, "cluster", "down") })
 	const docs = 24
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, "  mode: cluster\n  replicas: 1\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
-	sc := start(t, path, addr)
+	e, addr, sc := clusterSidecar(t, docs, 1)
 	ctx := context.Background()
 	coll := e.coll("pg")
 
 	// Which primary owns each document's partition (its keys' hash tag).
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterPrimaries})
 	t.Cleanup(func() { cc.Close() })
 	parts := buffer.New(nil, e.prefix, 16, time.Second)
 	owner := map[int]string{} // document id → primary address
@@ -190,19 +183,4 @@ func clusterReplicaOf(t *testing.T, cc *redis.ClusterClient, primary string) str
 	}
 	t.Fatalf("no replica of %s in CLUSTER NODES:\n%s", primary, nodes)
 	return ""
-}
-
-// redisPid returns the process of the redis-topology.sh server at addr.
-func redisPid(t *testing.T, addr string) int {
-	t.Helper()
-	_, port, _ := strings.Cut(addr, ":")
-	b, err := os.ReadFile("/tmp/writeback-redis/" + port + "/pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }

@@ -68,31 +68,96 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
+// topologyUp brings redis-topology.sh's topology name ("sentinel" or
+// "cluster") up, and down when the test ends.
+func topologyUp(t *testing.T, name string) {
+	t.Helper()
+	topology(t, name, "up")
+	t.Cleanup(func() { topology(t, name, "down") })
+}
+
+// topologySidecar brings the topology name up (down when the test ends)
+// and starts a write-back sidecar on it, with the redis section section,
+// over docs documents of both databases.
+func topologySidecar(t *testing.T, name string, docs int, section string) (*env, string, *sidecar) {
+	t.Helper()
+	topologyUp(t, name)
+	e := newEnv(t, docs)
+	addr := freeAddr(t)
+	path := e.config(addr, "write-back", "")
+	rewriteRedis(t, path, section)
+	return e, addr, start(t, path, addr)
+}
+
 // sentinelSidecar brings the Sentinel topology up (down when the test
 // ends) and starts a write-back sidecar on it with redis.replicas, over
 // docs documents of both databases.
 func sentinelSidecar(t *testing.T, docs, replicas int) (*env, string, *sidecar) {
 	t.Helper()
-	topology(t, "sentinel", "up")
-	t.Cleanup(func() { topology(t, "sentinel", "down") })
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, fmt.Sprintf("  mode: sentinel\n  masterName: wbmaster\n  replicas: %d\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]", replicas))
-	return e, addr, start(t, path, addr)
+	return topologySidecar(t, "sentinel", docs,
+		fmt.Sprintf("  mode: sentinel\n  masterName: wbmaster\n  replicas: %d\n  addrs: [127.0.0.1:26390, 127.0.0.1:26391, 127.0.0.1:26392]", replicas))
+}
+
+// clusterPrimaries are the addresses of the primaries of
+// redis-topology.sh's Cluster, each with one replica.
+var clusterPrimaries = []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+
+// clusterRedis is the redis section of a sidecar on the Cluster with
+// redis.replicas (left out when 0).
+func clusterRedis(replicas int) string {
+	section := "  mode: cluster\n"
+	if replicas > 0 {
+		section += fmt.Sprintf("  replicas: %d\n", replicas)
+	}
+	return section + "  addrs: [" + strings.Join(clusterPrimaries, ", ") + "]"
+}
+
+// clusterSidecar brings the Cluster topology up (down when the test ends)
+// and starts a write-back sidecar on it with redis.replicas, over docs
+// documents of both databases.
+func clusterSidecar(t *testing.T, docs, replicas int) (*env, string, *sidecar) {
+	t.Helper()
+	return topologySidecar(t, "cluster", docs, clusterRedis(replicas))
+}
+
+// checkClusterSpread fails the test unless keys are on two or more of the
+// Cluster's primaries: that the Cluster was exercised.
+func checkClusterSpread(t *testing.T) {
+	t.Helper()
+	spread := 0
+	for _, a := range clusterPrimaries {
+		_, port, _ := strings.Cut(a, ":")
+		out, _ := exec.Command("redis-cli", "-p", port, "dbsize").Output()
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(out))); n > 0 {
+			spread++
+		}
+	}
+	if spread < 2 {
+		t.Errorf("keys on %d of %d primaries; the cluster was not exercised", spread, len(clusterPrimaries))
+	}
 }
 
 // killRedis SIGKILLs the redis-server of redis-topology.sh on port.
 func killRedis(t *testing.T, port string) {
 	t.Helper()
-	pid, err := os.ReadFile("/tmp/writeback-redis/" + port + "/pid")
+	if err := syscall.Kill(redisPid(t, "127.0.0.1:"+port), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// redisPid returns the process of the redis-topology.sh server at addr.
+func redisPid(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, _ := strings.Cut(addr, ":")
+	b, err := os.ReadFile("/tmp/writeback-redis/" + port + "/pid")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
 		t.Fatal(err)
 	}
+	return pid
 }
 
 // killSentinelPrimary SIGKILLs the primary and waits for Sentinel to
@@ -127,16 +192,10 @@ func rewriteRedis(t *testing.T, path, section string) {
 // their partition's hash tag, so each runs on one slot; the pipelines over
 // partitions span the nodes.
 func TestClusterConcurrentIncrements(t *testing.T) {
-	topology(t, "cluster", "up")
-	t.Cleanup(func() { topology(t, "cluster", "down") })
 	const docs, clients, perClient = 20, 16, 100
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
 	// replicas: 1 — each write WAITs for its slot's replica, on the primary
 	// that took it.
-	rewriteRedis(t, path, "  mode: cluster\n  replicas: 1\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
-	sc := start(t, path, addr)
+	e, _, sc := clusterSidecar(t, docs, 1)
 	want := map[string]map[int]int64{"pg": {}, "maria": {}}
 	var mu sync.Mutex // guards want
 	var wg sync.WaitGroup
@@ -169,17 +228,7 @@ func TestClusterConcurrentIncrements(t *testing.T) {
 			}
 		}
 	}
-	// Keys really are spread over the cluster's primaries.
-	spread := 0
-	for _, port := range []string{"7000", "7001", "7002"} {
-		out, _ := exec.Command("redis-cli", "-p", port, "dbsize").Output()
-		if n, _ := strconv.Atoi(strings.TrimSpace(string(out))); n > 0 {
-			spread++
-		}
-	}
-	if spread < 2 {
-		t.Errorf("keys on %d of 3 primaries; the cluster was not exercised", spread)
-	}
+	checkClusterSpread(t) // keys really are spread over the cluster's primaries
 }
 
 // Durability acceptance 2 (second half): on the Redis Cluster, under a
@@ -188,14 +237,8 @@ func TestClusterConcurrentIncrements(t *testing.T) {
 // After a flush the database equals the model of acknowledged writes
 // (failed requests may or may not have applied).
 func TestClusterPrimaryKilled(t *testing.T) {
-	topology(t, "cluster", "up")
-	t.Cleanup(func() { topology(t, "cluster", "down") })
 	const docs = 16
-	e := newEnv(t, docs)
-	addr := freeAddr(t)
-	path := e.config(addr, "write-back", "")
-	rewriteRedis(t, path, "  mode: cluster\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
-	sc := start(t, path, addr)
+	e, _, sc := clusterSidecar(t, docs, 0)
 	load := startIncLoad(e, sc, docs, 17)
 	time.Sleep(time.Second)
 	killRedis(t, "7001")

@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -14,12 +11,11 @@ import (
 // and a dead letter each run on their queue partition's slot; reads of
 // other partitions validate on theirs.
 func TestSessionCluster(t *testing.T) {
-	topology(t, "cluster", "up")
-	t.Cleanup(func() { topology(t, "cluster", "down") })
+	topologyUp(t, "cluster")
 	b := newBank(t, "pg", 6, 8, 1000)
 	addr := freeAddr(t)
 	path := b.config(addr, "", "")
-	rewriteRedis(t, path, "  mode: cluster\n  replicas: 1\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002]")
+	rewriteRedis(t, path, clusterRedis(1))
 	sc := start(t, path, addr)
 	var st bankStats
 	model := bankRun(t, b, sc, 16, 5*time.Second, false, &st)
@@ -28,16 +24,7 @@ func TestSessionCluster(t *testing.T) {
 	if st.transfers.Load() < 100 {
 		t.Errorf("only %d transfers", st.transfers.Load())
 	}
-	spread := 0
-	for _, port := range []string{"7000", "7001", "7002"} {
-		out, _ := exec.Command("redis-cli", "-p", port, "dbsize").Output()
-		if n, _ := strconv.Atoi(strings.TrimSpace(string(out))); n > 0 {
-			spread++
-		}
-	}
-	if spread < 2 {
-		t.Errorf("keys on %d of 3 primaries; the cluster was not exercised", spread)
-	}
+	checkClusterSpread(t)
 }
 
 // Two sidecars split the queue partitions between them; when one is
