@@ -81,10 +81,11 @@ func (s *Service) WriteFields(ctx context.Context, ws []FieldWrite, done0 func(i
 	if nws != nil {
 		done = func(i int, r FieldResult, err error) {
 			var entry map[string]string
+			var seq int64
 			if st := states[i]; st != nil && err == nil {
-				entry = st.entry
+				entry, seq = st.entry, st.seq
 			}
-			nws[i].end(entry, err != nil)
+			nws[i].end(entry, seq, err != nil)
 			done0(i, r, err)
 		}
 	}
@@ -146,7 +147,7 @@ func (s *Service) WriteField(ctx context.Context, w FieldWrite) (FieldResult, er
 	st.nw = s.beginWrite(st.c, st.id)
 	st.nw.options(&st.o)
 	r, err := s.runField(ctx, st, nil)
-	st.nw.end(st.entry, err != nil)
+	st.nw.end(st.entry, st.seq, err != nil)
 	return r, err
 }
 
@@ -169,6 +170,7 @@ type fieldState struct {
 
 	nw    *nearWrite        // the near cache's side of the write (nil: none)
 	entry map[string]string // the entry the write left, leased to this sidecar (buffer.WriteResult.Entry)
+	seq   int64             // the write's sequence number, once buffered
 }
 
 func (s *Service) newFieldState(w *FieldWrite) (*fieldState, error) {
@@ -356,7 +358,7 @@ func (st *fieldState) toCreate() error {
 
 // fieldDone acknowledges a buffered field write and computes its result.
 func (s *Service) fieldDone(ctx context.Context, st *fieldState, r buffer.WriteResult) (FieldResult, error) {
-	st.entry = r.Entry
+	st.entry, st.seq = r.Entry, r.Seq
 	if _, err := s.acknowledge(ctx, st.ref(), r.Seq, st.pol); err != nil {
 		return FieldResult{}, err
 	}

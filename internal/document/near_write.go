@@ -69,13 +69,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // nearWrite is a local write of a near-cached document in progress
 // (beginWrite … end).
 type nearWrite struct {
-	s      *Service
-	c      *Collection
-	id     string
-	held   bool // a copy was dropped: the document is read here
-	gen    uint64
-	ticket nearcache.Ticket
-	sent   int64 // before any request of the write was sent
+	s    *Service
+	c    *Collection
+	id   string
+	held bool // a copy was dropped: the document is read here
+	gen  uint64
+	sent int64 // before any request of the write was sent
 }
 
 // beginWrite drops this sidecar's copy of a document it is about to write
@@ -90,7 +89,7 @@ func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
 	}
 	w := &nearWrite{s: s, c: c, id: id, held: c.near.cache.BeginWrite(id)}
 	if w.held {
-		w.ticket, w.gen, w.sent = c.near.cache.Ticket(id), s.near.gen.Add(1), nearcache.Now()
+		w.gen, w.sent = s.near.gen.Add(1), nearcache.Now()
 	}
 	return w
 }
@@ -112,35 +111,45 @@ func (w *nearWrite) options(o *buffer.WriteOptions) {
 }
 
 // end ends the write. entry is the value it left, on which it was granted
-// the lease (buffer.WriteResult.Entry), or nil: then a held copy is leased
-// again in the background (the renewer's lease read, a ticket taken after
-// the write) — a document that other sidecars' writes made hot is refused
-// the lease (LeaseHot) and marked hot here too. failed says the write's
-// outcome is unknown: a lease it may have been granted goes back.
-func (w *nearWrite) end(entry map[string]string, failed bool) {
+// the lease (buffer.WriteResult.Entry), or nil; seq is its sequence number
+// when it was buffered. The entry becomes this sidecar's copy once the
+// document's last overlapping local write ends, if it is the latest of them
+// and nothing revoked the document meanwhile (nearcache.Cache.EndWrite).
+// Otherwise the leases the writes may hold go back, or, if none was granted
+// and a copy was held, the document is leased again in the background (the
+// renewer's lease read, a ticket taken after the write) — a document that
+// other sidecars' writes made hot is refused the lease (LeaseHot) and
+// marked hot here too. failed says the write's outcome is unknown.
+func (w *nearWrite) end(entry map[string]string, seq int64, failed bool) {
 	if w == nil {
 		return
 	}
 	n := w.c.near
-	if entry == nil {
-		n.cache.EndWrite(w.id)
-		if w.held && failed {
-			w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
-		} else if w.held {
-			select {
-			case n.renew <- w.id:
-			default:
-			}
+	end := nearcache.WriteEnd{Seq: seq, Failed: failed}
+	if w.held {
+		end.Gen = w.gen
+	}
+	if entry != nil {
+		end.Entry = nearcache.NewEntry(entry, w.gen, w.sent+int64(n.cfg.LeaseTTL-LeaseMargin))
+	}
+	out := n.cache.EndWrite(w.id, end)
+	switch {
+	case !out.Last:
+	case out.Installed != nil:
+		n.leases[buffer.LeaseGranted].Inc()
+	case len(out.Release) > 0:
+		if out.Refused {
+			// A revocation or an unknown outcome came in between: no
+			// copy, and the leases go back.
+			n.refuse.Inc()
 		}
-		return
+		for _, gen := range out.Release {
+			w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, gen)
+		}
+	case out.Held:
+		select {
+		case n.renew <- w.id:
+		default:
+		}
 	}
-	e := nearcache.NewEntry(entry, w.gen, w.sent+int64(n.cfg.LeaseTTL-LeaseMargin))
-	if !n.cache.EndWriteInstall(w.ticket, e) {
-		// A revocation or another local write came in between: no copy,
-		// and the lease goes back.
-		n.refuse.Inc()
-		w.s.releaseLater(Ref{Coll: w.c, ID: w.id}, w.gen)
-		return
-	}
-	n.leases[buffer.LeaseGranted].Inc()
 }

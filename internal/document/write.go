@@ -107,7 +107,7 @@ func (s *Service) write(ctx context.Context, r Ref, ch change.Change, replace ma
 	w := &docWrite{r: r, ch: ch, replace: replace, nw: s.beginWrite(r.Coll, r.ID)}
 	w.restart()
 	res, err := s.drive(ctx, w, nil)
-	w.nw.end(res.Entry, err != nil)
+	w.nw.end(res.Entry, res.Seq, err != nil)
 	if err != nil {
 		return 0, err
 	}

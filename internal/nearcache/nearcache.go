@@ -16,7 +16,9 @@
 //     write is in progress);
 //   - Revoke and BeginWrite first move the key's epoch, then drop its entry,
 //     so an install either sees the new epoch and refuses, or ran before the
-//     drop and is dropped with it.
+//     drop and is dropped with it;
+//   - a sidecar's own writes install the entry the latest of them left
+//     (writes.go), only if nothing revoked the key while they ran.
 package nearcache
 
 import (
@@ -117,9 +119,13 @@ type Ticket struct {
 const stripes = 4096
 
 type stripe struct {
-	epoch   atomic.Uint64
-	writers atomic.Int64 // local writes in progress
-	_       [48]byte     // keep stripes on their own cache lines
+	epoch   atomic.Uint64 // moved by revocations and local writes: Install's check
+	revoked atomic.Uint64 // moved by revocations only: a write group's check
+	writers atomic.Int64  // local writes in progress
+
+	mu     sync.Mutex             // guards groups
+	groups map[string]*writeGroup // the keys with local writes in progress
+	_      [24]byte               // keep stripes on their own cache lines
 }
 
 // Cache is one collection's L1.
@@ -291,52 +297,10 @@ func (c *Cache) queued(key string, e *Entry) {
 // Revoke drops the key's entry and refuses the installs of every lease
 // request sent before: the holder's step before it releases its lease.
 func (c *Cache) Revoke(key string) {
-	c.stripe(key).epoch.Add(1)
+	st := c.stripe(key)
+	st.revoked.Add(1)
+	st.epoch.Add(1)
 	c.c.Invalidate(key)
-}
-
-// BeginWrite drops the key's entry before a local write of it and refuses
-// installs until EndWrite: the write may take away this holder's own
-// lease, and a value read around it may be older than it. It reports
-// whether it dropped a copy (not a hot mark).
-func (c *Cache) BeginWrite(key string) bool {
-	st := c.stripe(key)
-	st.writers.Add(1)
-	st.epoch.Add(1)
-	e, ok := c.c.Invalidate(key)
-	return ok && !e.hot
-}
-
-// EndWriteInstall ends a local write, as EndWrite, and installs e — the
-// entry the write left, read under a lease the write itself was granted —
-// if t (taken right after BeginWrite) is still good and no other local
-// write of the key (or of a key sharing its stripe) is in progress: no
-// revocation and no other local write came since, so e is the latest
-// value. It reports whether it installed e.
-func (c *Cache) EndWriteInstall(t Ticket, e *Entry) bool {
-	st := c.stripe(t.key)
-	ok := false
-	c.c.Compute(t.key, func(old *Entry, found bool) (*Entry, otter.ComputeOp) {
-		// Under the key's lock, as Install's check; this write is the one
-		// writer counted.
-		if st.epoch.Load() != t.epoch || st.writers.Load() != 1 {
-			return old, otter.CancelOp
-		}
-		ok = true
-		return e, otter.WriteOp
-	})
-	c.EndWrite(t.key)
-	if ok {
-		c.queued(t.key, e)
-	}
-	return ok
-}
-
-// EndWrite ends a local write that BeginWrite began.
-func (c *Cache) EndWrite(key string) {
-	st := c.stripe(key)
-	st.epoch.Add(1)
-	st.writers.Add(-1)
 }
 
 // MarkHot records that the key was written lately, until (Now's clock):
@@ -370,6 +334,7 @@ func (c *Cache) Len() int { return c.c.EstimatedSize() }
 // back. The holder's step before it leaves the protocol.
 func (c *Cache) Drain(held func(key string, e *Entry)) {
 	for i := range c.stripes {
+		c.stripes[i].revoked.Add(1)
 		c.stripes[i].epoch.Add(1)
 	}
 	now := Now()

@@ -19,7 +19,7 @@ func TestInstallHonoursTickets(t *testing.T) {
 		{"nothing", func(*Cache) {}, true},
 		{"revoked", func(c *Cache) { c.Revoke("a") }, false},
 		{"local write in progress", func(c *Cache) { c.BeginWrite("a") }, false},
-		{"local write came and went", func(c *Cache) { c.BeginWrite("a"); c.EndWrite("a") }, false},
+		{"local write came and went", func(c *Cache) { c.BeginWrite("a"); c.EndWrite("a", WriteEnd{}) }, false},
 		{"another key revoked", func(c *Cache) { c.Revoke(otherStripe(c, "a")) }, true},
 	}
 	for _, tc := range tests {
@@ -68,7 +68,7 @@ func TestRevokeDropsInstalledEntry(t *testing.T) {
 	// A request sent before a local write may not install after it.
 	tk := c.Ticket("a")
 	c.BeginWrite("a")
-	c.EndWrite("a")
+	c.EndWrite("a", WriteEnd{})
 	if c.Install(tk, NewEntry(map[string]string{"n": "0"}, 2, far)) {
 		t.Fatal("installed a value read around a local write")
 	}
