@@ -176,6 +176,16 @@ func TestScanReflectsBufferedWrites(t *testing.T) {
 	ctx := context.Background()
 	for _, db := range []string{"pg", "maria"} {
 		coll := e.coll(db)
+		// The table's rows stay locked while the scans run "while
+		// pending": the appliers' transactions wait, so the writes stay
+		// buffered (a plain SELECT, the store's scan, takes no lock).
+		lock, err := e.dbs[db].BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lock.ExecContext(ctx, "SELECT id FROM "+e.table+" FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
 		mustWrite(t)(sc.c.Delete(ctx, coll, "2"))
 		mustWrite(t)(sc.c.Put(ctx, coll, "8", map[string]any{"n": 80, "s": "eight"}))
 		mustWrite(t)(sc.c.Put(ctx, coll, "0", map[string]any{"n": 0, "s": "zero"}))
@@ -196,8 +206,29 @@ func TestScanReflectsBufferedWrites(t *testing.T) {
 			if got := scanKeys(t, page); strings.Join(got, " ") != "3:init 4:four 5:init" {
 				t.Errorf("%s scan from 3 limit 3 %s: %v", db, when, got)
 			}
+			// Short pages whose rows a buffered delete or insert displaces:
+			// the scan must fetch past its limit.
+			for _, p := range []struct {
+				from  string
+				limit int
+				want  string
+			}{{"1", 2, "1:init 3:init"}, {"", 2, "0:zero 1:init"}, {"", 1, "0:zero"}, {"2", 1, "3:init"}} {
+				page, err := sc.c.Scan(ctx, coll, p.from, p.limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := scanKeys(t, page); strings.Join(got, " ") != p.want {
+					t.Errorf("%s scan from %q limit %d %s: %v, want %s", db, p.from, p.limit, when, got, p.want)
+				}
+			}
 		}
 		check("while pending")
+		if st, err := sc.c.Status(ctx); err != nil || st.Pending == 0 {
+			t.Fatalf("status %+v, %v: the scans ran with nothing pending", st, err)
+		}
+		if err := lock.Rollback(); err != nil {
+			t.Fatal(err)
+		}
 		sc.flush(t)
 		check("after flush")
 	}

@@ -6,19 +6,31 @@ package document
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sort"
 	"strconv"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/nearcache"
 )
 
 // Scan returns up to limit documents with key >= from, in key order,
 // reflecting buffered writes.
+//
+// The store's rows of the range are merged with the documents that have
+// buffered writes (pending) among them. Only the pending documents up to
+// the last row fetched matter — past it, the store has rows not fetched
+// that may come first — and each of those may hide a row (a buffered
+// delete), so the scan fetches limit rows, then as many more as there are
+// pending documents up to the last row, until that holds (usually at
+// once: few documents are pending at any time). The pending documents in
+// range are read through the read path in one round trip.
 func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]change.Doc, error) {
 	c, err := s.Collection(coll)
 	if err != nil {
 		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
 	}
 	schema := c.Table.Schema
 	if from != "" {
@@ -39,35 +51,49 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 			pend = append(pend, id)
 		}
 	}
-	want := limit + len(pend) // each pending document hides at most one row
-	rows, err := c.Store.Scan(ctx, c.Table, from, want)
-	if err != nil {
-		return nil, &StoreError{Err: err, Read: true}
+	sort.Slice(pend, func(i, j int) bool { return less(pend[i], pend[j]) })
+	var rows []change.Doc
+	lastKey, truncated := "", false
+	for want := limit; ; {
+		if rows, err = c.Store.Scan(ctx, c.Table, from, want); err != nil {
+			return nil, &StoreError{Err: err, Read: true}
+		}
+		if truncated = len(rows) == want; !truncated {
+			break
+		}
+		lastKey = keyOf(schema, rows[len(rows)-1])
+		// The pending documents up to the last row.
+		n := sort.Search(len(pend), func(i int) bool { return less(lastKey, pend[i]) })
+		if want >= limit+n {
+			pend = pend[:n]
+			break
+		}
+		want = limit + n
 	}
 	byID := make(map[string]change.Doc, len(rows)+len(pend))
-	lastKey, truncated := "", len(rows) == want
 	for _, r := range rows {
-		k := keyOf(schema, r)
-		byID[k] = r
-		lastKey = k
+		byID[keyOf(schema, r)] = r
 	}
-	for _, id := range pend {
-		doc, err := s.get(ctx, c, id)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			delete(byID, id)
-		case err != nil:
+	if len(pend) > 0 {
+		refs := make([]Ref, len(pend))
+		for i, id := range pend {
+			refs[i] = Ref{Coll: c, ID: id}
+		}
+		docs, err := getManyAs(s, ctx, refs, func(_ Ref, e *nearcache.Entry) change.Doc { return docOf(e.Hash) },
+			func(_ Ref, h Hash) change.Doc { return docOf(h) })
+		if err != nil {
 			return nil, err
-		default:
-			byID[id] = doc
+		}
+		for i, id := range pend {
+			if docs[i] == nil {
+				delete(byID, id)
+			} else {
+				byID[id] = docs[i]
+			}
 		}
 	}
 	ids := make([]string, 0, len(byID))
 	for id := range byID {
-		// Past the last row fetched, rows we did not fetch may come first.
-		if truncated && less(lastKey, id) {
-			continue
-		}
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return less(ids[i], ids[j]) })
