@@ -520,3 +520,64 @@ func TestApplyJSONColumnOperators(t *testing.T) {
 		require.True(t, IsPermanent(err), "%v", err)
 	})
 }
+
+// TestApplyBehindInBatch has one batch mix documents without a record,
+// with a record just below their write (the single-round-trip plan holds
+// for them) and one whose write was partly applied before (it does not):
+// the batch must fall back to reading the records and apply each
+// document's unapplied tail exactly once. On PostgreSQL it also runs the
+// single round trip alone: it must refuse such a batch (errBehind) and
+// leave nothing of it behind.
+func TestApplyBehindInBatch(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		tbl := h.describe(t, numbersDDL)
+		coll := testenv.UniqueName(t, "c")
+		h.exec(t, fmt.Sprintf("INSERT INTO %s (id, n) VALUES (1, 0), (2, 0), (3, 0), (4, 0)", tbl.Name))
+		w := func(id string, from, to int64) Write {
+			return Write{Collection: coll, Table: tbl, ID: id, Partition: 3, Changes: incs("n", from, to)}
+		}
+		h.apply(t, w("2", 1, 2), w("3", 1, 1))
+		batch := []Write{w("4", 5, 5), w("3", 2, 3), w("2", 1, 4), w("1", 1, 3)}
+		want := map[string]string{"1": "3", "2": "4", "3": "3", "4": "1"}
+		if ps, ok := h.s.(*pgStore); ok {
+			pgSingleRoundTrip(t, ps, batch, errBehind)
+			for id := range want {
+				_, seq := h.read(t, tbl, coll, id)
+				require.Equal(t, map[string]int64{"2": 2, "3": 1}[id], seq, "record of %s after the refused round trip", id)
+			}
+			// Records just below their writes: the plan holds.
+			pgSingleRoundTrip(t, ps, []Write{w("3", 2, 3), w("4", 5, 5)}, nil)
+			batch[0], batch[1] = w("4", 6, 6), w("3", 4, 5)
+			want["3"], want["4"] = "5", "2"
+		}
+		res := h.apply(t, batch...)
+		assert.Equal(t, []Result{
+			{Applied: 1, LastSeq: batch[0].Changes[0].Seq},
+			{Applied: 2, LastSeq: batch[1].Changes[1].Seq},
+			{Applied: 2, Skipped: 2, LastSeq: 4},
+			{Applied: 3, LastSeq: 3},
+		}, res)
+		for id, want := range want {
+			d, _ := h.read(t, tbl, coll, id)
+			assert.Equal(t, want, d["n"], "document %s", id)
+		}
+		_, seq := h.read(t, tbl, coll, "2")
+		assert.Equal(t, int64(4), seq)
+	})
+}
+
+// pgSingleRoundTrip runs the single round trip of a PostgreSQL Apply of
+// writes and checks its error.
+func pgSingleRoundTrip(t *testing.T, s *pgStore, writes []Write, want error) {
+	t.Helper()
+	b, err := newApplyBatch(writes)
+	require.NoError(t, err)
+	plan, err := b.plan(nil, nil)
+	require.NoError(t, err)
+	conn, err := s.pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = s.applyPlan(t.Context(), conn.Conn(), plan, b)
+	require.ErrorIs(t, err, want)
+	require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection is left outside a transaction")
+}
