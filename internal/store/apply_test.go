@@ -525,9 +525,9 @@ func TestApplyJSONColumnOperators(t *testing.T) {
 // with a record just below their write (the single-round-trip plan holds
 // for them) and one whose write was partly applied before (it does not):
 // the batch must fall back to reading the records and apply each
-// document's unapplied tail exactly once. On PostgreSQL it also runs the
-// single round trip alone: it must refuse such a batch (errBehind) and
-// leave nothing of it behind.
+// document's unapplied tail exactly once. It also runs the single round
+// trip alone: it must refuse such a batch (errBehind) and leave nothing of
+// it behind, and accept one whose records are all behind.
 func TestApplyBehindInBatch(t *testing.T) {
 	eachStore(t, func(t *testing.T, h *harness) {
 		tbl := h.describe(t, numbersDDL)
@@ -539,17 +539,22 @@ func TestApplyBehindInBatch(t *testing.T) {
 		h.apply(t, w("2", 1, 2), w("3", 1, 1))
 		batch := []Write{w("4", 5, 5), w("3", 2, 3), w("2", 1, 4), w("1", 1, 3)}
 		want := map[string]string{"1": "3", "2": "4", "3": "3", "4": "1"}
-		if ps, ok := h.s.(*pgStore); ok {
-			pgSingleRoundTrip(t, ps, batch, errBehind)
-			for id := range want {
-				_, seq := h.read(t, tbl, coll, id)
-				require.Equal(t, map[string]int64{"2": 2, "3": 1}[id], seq, "record of %s after the refused round trip", id)
-			}
-			// Records just below their writes: the plan holds.
-			pgSingleRoundTrip(t, ps, []Write{w("3", 2, 3), w("4", 5, 5)}, nil)
-			batch[0], batch[1] = w("4", 6, 6), w("3", 4, 5)
-			want["3"], want["4"] = "5", "2"
+		singleRoundTrip(t, h.s, batch, errBehind)
+		for id := range want {
+			d, seq := h.read(t, tbl, coll, id)
+			require.Equal(t, map[string]int64{"2": 2, "3": 1}[id], seq, "record of %s after the refused round trip", id)
+			require.Equal(t, map[string]string{"1": "0", "2": "2", "3": "1", "4": "0"}[id], d["n"], "document %s after the refused round trip", id)
 		}
+		// Records just below their writes, or none: the plan holds.
+		singleRoundTrip(t, h.s, []Write{w("3", 2, 3), w("4", 5, 5)}, nil)
+		batch[0], batch[1] = w("4", 7, 7), w("3", 4, 5)
+		want["3"], want["4"] = "5", "2"
+		// A patch that leaves its row as it was still finds it.
+		singleRoundTrip(t, h.s, []Write{{Collection: coll, Table: tbl, ID: "4", Partition: 3, Changes: []change.Change{set(6, map[string]string{"n": "1"})}}}, nil)
+		// A patch of a missing row: PostgreSQL's statement returns the
+		// rows it found; MySQL's takes the two round trips to tell them.
+		missing := Write{Collection: coll, Table: tbl, ID: "9", Changes: incs("n", 1, 1)}
+		singleRoundTrip(t, h.s, []Write{missing}, map[string]error{"mysql": errBehind}[h.driver])
 		res := h.apply(t, batch...)
 		assert.Equal(t, []Result{
 			{Applied: 1, LastSeq: batch[0].Changes[0].Seq},
@@ -566,18 +571,32 @@ func TestApplyBehindInBatch(t *testing.T) {
 	})
 }
 
-// pgSingleRoundTrip runs the single round trip of a PostgreSQL Apply of
-// writes and checks its error.
-func pgSingleRoundTrip(t *testing.T, s *pgStore, writes []Write, want error) {
+// singleRoundTrip runs the single round trip of an Apply of writes alone
+// and checks its error.
+func singleRoundTrip(t *testing.T, s Store, writes []Write, want error) {
 	t.Helper()
 	b, err := newApplyBatch(writes)
 	require.NoError(t, err)
 	plan, err := b.plan(nil, nil)
 	require.NoError(t, err)
-	conn, err := s.pool.Acquire(t.Context())
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = s.applyPlan(t.Context(), conn.Conn(), plan, b)
-	require.ErrorIs(t, err, want)
-	require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection is left outside a transaction")
+	switch s := s.(type) {
+	case *pgStore:
+		conn, err := s.pool.Acquire(t.Context())
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = s.applyPlan(t.Context(), conn.Conn(), plan, b)
+		require.ErrorIs(t, err, want)
+		require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection is left outside a transaction")
+	case *myStore:
+		conn, err := s.applyDB.Conn(t.Context())
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = s.applySingle(t.Context(), conn, plan, b)
+		require.ErrorIs(t, err, want)
+		var inTx bool
+		require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT @@in_transaction").Scan(&inTx))
+		require.False(t, inTx, "the connection is left outside a transaction")
+	default:
+		t.Fatalf("no single round trip for %T", s)
+	}
 }
