@@ -50,8 +50,8 @@ WHERE a.collection = u.c AND a.id = u.i`
 // seq were below its write's first change — BEGIN; write the records
 // (create the missing ones, lock the others, check that assumption and
 // move them to their last seqs) in one statement (pgWriteRecordsSQL); the
-// effects; COMMIT — and the
-// check aborts the transaction if the assumption is wrong (errBehind).
+// effects; COMMIT — and the check aborts the transaction if the
+// assumption is wrong (errBehind).
 // Only then, or when a patch must read its row first (operators inside
 // JSON columns), does it take the two round trips.
 //
@@ -85,16 +85,18 @@ var (
 // locked row, and ON CONFLICT DO UPDATE locks the row it conflicts with
 // (even when its WHERE is false) and, in READ COMMITTED, judges the WHERE
 // on the latest committed version of it — the seq the previous applier
-// committed. The CTE u is materialized once; the WHERE finds the first
-// change of a conflicting record's write in it.
-const pgWriteRecordsSQL = `WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[])
-	WITH ORDINALITY AS u(c, i, p, s, f, n)),
-w AS (INSERT INTO ` + AppliedTable + ` AS a (collection, id, part, seq)
-	SELECT u.c, u.i, u.p, u.s FROM u ORDER BY u.n
+// committed. The first change of a write of one change is its last
+// (EXCLUDED.seq); those of the writes of several come in arrays of their
+// own ($6–$8), usually empty, which the WHERE searches.
+const pgWriteRecordsSQL = `WITH w AS (INSERT INTO ` + AppliedTable + ` AS a (collection, id, part, seq)
+	SELECT u.c, u.i, u.p, u.s
+	FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS u(c, i, p, s, n)
+	ORDER BY u.n
 	ON CONFLICT (collection, id) DO UPDATE SET part = EXCLUDED.part, seq = EXCLUDED.seq
-	WHERE a.seq < (SELECT u.f FROM u WHERE u.c = a.collection AND u.i = a.id)
+	WHERE a.seq < COALESCE((SELECT m.f FROM unnest($6::text[], $7::text[], $8::int8[]) AS m(c, i, f)
+		WHERE m.c = a.collection AND m.i = a.id), EXCLUDED.seq)
 	RETURNING 1)
-SELECT 1 / ((SELECT count(*) FROM w) = $6)::int`
+SELECT 1 / ((SELECT count(*) FROM w) = $5)::int`
 
 func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
 	conn, err := s.pool.Acquire(ctx)
@@ -158,12 +160,15 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 	if lock != nil {
 		// Every write applies whole (the plan assumed so): the records
 		// are the batch's documents in lock order.
-		firsts := make([]int64, len(lock.order))
-		for j, i := range lock.order {
-			firsts[j] = lock.writes[i].Changes[0].Seq
+		mcols, mids, mfirsts := []string{}, []string{}, []int64{}
+		for _, i := range lock.order {
+			if w := &lock.writes[i]; len(w.Changes) > 1 {
+				mcols, mids = append(mcols, w.Collection), append(mids, w.ID)
+				mfirsts = append(mfirsts, w.Changes[0].Seq)
+			}
 		}
 		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLockRecords
-		batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, firsts, len(ids))
+		batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, len(ids), mcols, mids, mfirsts)
 	}
 	var deletes []*query
 	for _, g := range plan.deletes {
