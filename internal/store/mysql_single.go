@@ -78,16 +78,16 @@ func myRecordsCheckQuery(records []AppliedRecord, b *applyBatch) *query {
 			multi = append(multi, i)
 		}
 	}
-	first := "VALUES(seq)"
-	if len(multi) > 0 {
-		q.add(" ON DUPLICATE KEY UPDATE seq = IF(seq < CASE")
+	q.add(" ON DUPLICATE KEY UPDATE seq = IF(seq < ")
+	if len(multi) == 0 {
+		q.add("VALUES(seq)")
+	} else {
+		q.add("CASE")
 		for _, i := range multi {
 			w := &b.writes[i]
 			q.add(" WHEN collection = ", q.arg(w.Collection), " AND id = ", q.arg(w.ID), " THEN ", q.arg(w.Changes[0].Seq))
 		}
 		q.add(" ELSE VALUES(seq) END")
-	} else {
-		q.add(" ON DUPLICATE KEY UPDATE seq = IF(seq < ", first)
 	}
 	return q.add(", VALUES(seq), ", myFail("seq"), "), part = VALUES(part)")
 }
