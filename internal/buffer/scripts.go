@@ -25,34 +25,44 @@ end
 `
 
 // luaPop removes the entries with seq <= last from the head of the
-// buffered write bw, keeps the partition's counters exact and re-scores or
-// removes the document in the pending index. It returns how many entries it
-// removed.
+// buffered write bw and re-scores or removes the document in the pending
+// index (pop_entries, which returns how many entries and bytes it removed
+// and 1 if it removed the document from the index: the counters to take
+// off the partition's stats, which a caller popping many documents updates
+// once); pop_prefix also updates the counters and returns how many entries
+// it removed.
 const luaPop = `
-local function pop_prefix(bw, pending, stats, member, last)
+local function pop_entries(bw, pending, member, last)
   local popped, bytes = 0, 0
-  while true do
-    local head = redis.call('LINDEX', bw, 0)
-    if not head then break end
-    local s = entry_seq_ms(head)
-    if s > last then break end
+  local head = redis.call('LINDEX', bw, 0)
+  while head do
+    if entry_seq_ms(head) > last then break end
     redis.call('LPOP', bw)
     popped = popped + 1
     bytes = bytes + #head
+    head = redis.call('LINDEX', bw, 0)
   end
-  if popped > 0 then
-    redis.call('HINCRBY', stats, 'changes', -popped)
-    redis.call('HINCRBY', stats, 'bytes', -bytes)
-  end
-  local head = redis.call('LINDEX', bw, 0)
+  local gone = 0
   if not head then
-    if redis.call('ZREM', pending, member) == 1 then
-      redis.call('HINCRBY', stats, 'docs', -1)
-    end
+    gone = redis.call('ZREM', pending, member)
   elseif popped > 0 then
     local _, ms = entry_seq_ms(head)
     redis.call('ZADD', pending, 'XX', ms, member)
   end
+  return popped, bytes, gone
+end
+local function take_stats(stats, popped, bytes, gone)
+  if popped > 0 then
+    redis.call('HINCRBY', stats, 'changes', -popped)
+    redis.call('HINCRBY', stats, 'bytes', -bytes)
+  end
+  if gone > 0 then
+    redis.call('HINCRBY', stats, 'docs', -gone)
+  end
+end
+local function pop_prefix(bw, pending, stats, member, last)
+  local popped, bytes, gone = pop_entries(bw, pending, member, last)
+  take_stats(stats, popped, bytes, gone)
   return popped
 end
 `
@@ -476,11 +486,13 @@ return 1
 // KEYS: 1 pending index, 2 stats, then one buffered write per document.
 // ARGV: per document its pending member and the last applied seq.
 var trimScript = redis.NewScript(luaEntry + luaPop + `
-local total = 0
+local total, bytes, gone = 0, 0, 0
 for k = 3, #KEYS do
   local a = 2 * (k - 3) + 1
-  total = total + pop_prefix(KEYS[k], KEYS[1], KEYS[2], ARGV[a], tonumber(ARGV[a + 1]))
+  local p, b, g = pop_entries(KEYS[k], KEYS[1], ARGV[a], tonumber(ARGV[a + 1]))
+  total, bytes, gone = total + p, bytes + b, gone + g
 end
+take_stats(KEYS[2], total, bytes, gone)
 return total
 `)
 

@@ -33,6 +33,14 @@ import (
 //     COMMIT.
 //
 // A patch with operators inside a JSON column reads its row in between.
+//
+// Usually no change of the batch was applied before and every row a patch
+// names exists; Apply first sends the whole transaction as one packet
+// planned on those assumptions, with statements that fail when one does
+// not hold (applySingle); it takes the two round trips only then, or when
+// a patch must read its row first, or a put goes into a table with
+// another unique index.
+//
 // A deadlock reruns the whole transaction.
 func (s *myStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
 	b, err := newApplyBatch(writes)
@@ -57,6 +65,14 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		}
 	}()
 
+	// As on PostgreSQL, only the second plan's errors count.
+	if plan, err := b.plan(nil, func(*Table, string) (change.Doc, error) { return nil, errNeedsRow }); err == nil {
+		res, err := s.applySingle(ctx, conn, plan, b)
+		if !errors.Is(err, errBehind) {
+			return res, err
+		}
+	}
+
 	applied, exists, err := myLock(ctx, conn, b, s.returning)
 	if err != nil {
 		return nil, wrapErr("apply: lock applied records", err, myPermanent)
@@ -74,13 +90,7 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		return nil, wrapErr("apply", err, myPermanent)
 	}
 	if len(plan.records) > 0 {
-		q := newQuery(myDialect{}).add("INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
-		for i, r := range plan.records {
-			if i > 0 {
-				q.add(", ")
-			}
-			q.add("(", q.arg(r.Collection), ", ", q.arg(r.ID), ", ", q.arg(int64(r.Partition)), ", ", q.arg(r.Seq), ")")
-		}
+		q := myRecordsQuery(plan.records)
 		q.add(" ON DUPLICATE KEY UPDATE part = VALUES(part), seq = VALUES(seq)")
 		stmts = append(stmts, myStmt{q: q, rows: -1})
 	}
@@ -88,6 +98,19 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		return nil, wrapErr("apply", err, myPermanent)
 	}
 	return plan.results, nil
+}
+
+// myRecordsQuery is the head of a statement writing the records:
+// INSERT INTO the applied table … VALUES, one row per record at its seq.
+func myRecordsQuery(records []AppliedRecord) *query {
+	q := newQuery(myDialect{}).add("INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
+	for i, r := range records {
+		if i > 0 {
+			q.add(", ")
+		}
+		q.add("(", q.arg(r.Collection), ", ", q.arg(r.ID), ", ", q.arg(int64(r.Partition)), ", ", q.arg(r.Seq), ")")
+	}
+	return q
 }
 
 // myStmt is a statement of Apply's second round trip and, for a patch
@@ -100,7 +123,9 @@ type myStmt struct {
 // effects returns the statements of plan's effects, in order: puts,
 // deletes, patches. exists says which rows of the batch exist (see myLock);
 // effects follows what the puts and deletes do to it, so that each patch
-// statement names exactly the rows that exist when it runs.
+// statement names exactly the rows that exist when it runs. Without
+// exists (applySingle), every put is an upsert and every patch statement
+// names all its rows and is followed by myFoundCheck.
 func (s *myStore) effects(ctx context.Context, plan *applyPlan, exists map[string]map[string]bool) ([]myStmt, error) {
 	d := myDialect{}
 	var out []myStmt
@@ -115,6 +140,13 @@ func (s *myStore) effects(ctx context.Context, plan *applyPlan, exists map[strin
 			return nil, err
 		}
 		ex := exists[g.t.Name]
+		if exists == nil {
+			if info.otherUnique {
+				return nil, errBehind // its rows must be read first
+			}
+			add(putQueries(d, g.t, g.cols, g.rows, true)...)
+			continue
+		}
 		if !info.otherUnique {
 			add(putQueries(d, g.t, g.cols, g.rows, true)...)
 		} else {
@@ -151,7 +183,7 @@ func (s *myStore) effects(ctx context.Context, plan *applyPlan, exists map[strin
 	for _, g := range plan.patches {
 		var rows [][]any // the key, then the row's values
 		for r, id := range g.ids {
-			if !exists[g.t.Name][id] {
+			if exists != nil && !exists[g.t.Name][id] {
 				plan.results[g.writes[r]].Missing = true
 				continue
 			}
@@ -164,6 +196,9 @@ func (s *myStore) effects(ctx context.Context, plan *applyPlan, exists map[strin
 		for len(rows) > 0 {
 			n := chunkLen(rows)
 			out = append(out, myStmt{q: myPatchQuery(g, rows[:n]), rows: int64(n)})
+			if exists == nil {
+				out = append(out, myStmt{q: myFoundCheck(n), rows: -1})
+			}
 			rows = rows[n:]
 		}
 	}

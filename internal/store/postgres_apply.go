@@ -47,10 +47,11 @@ WHERE a.collection = u.c AND a.id = u.i`
 // Usually no change of the batch was applied before (replays follow only
 // crashes and takeovers), and then the effects do not depend on the seqs
 // batch 1 reads: Apply first sends one batch, planned as if every record's
-// seq were below its write's first change — BEGIN; insert the missing
-// records; lock them, check that assumption and move them to their last
-// seqs in one statement (pgMoveRecordsSQL); the effects; COMMIT — and the
-// check aborts the transaction if the assumption is wrong (errBehind).
+// seq were below its write's first change — BEGIN; write the records
+// (create the missing ones, lock the others, check that assumption and
+// move them to their last seqs) in one statement (pgWriteRecordsSQL); the
+// effects; COMMIT — and the check aborts the transaction if the
+// assumption is wrong (errBehind).
 // Only then, or when a patch must read its row first (operators inside
 // JSON columns), does it take the two round trips.
 //
@@ -74,20 +75,28 @@ var (
 	errNeedsRow = errors.New("store: apply: a patch reads its row")
 )
 
-// pgMoveRecordsSQL is the single round trip's record statement: it locks
-// the records in (collection, id) order as pgLockRecordsSQL does (FOR
-// UPDATE in READ COMMITTED reads the latest committed seq), moves them to
-// their writes' last seq, and fails (division by zero) unless every seq it
-// locked was below its write's first change: only then does the plan hold.
-// (The FROM subquery returns the values the UPDATE replaces.)
-const pgMoveRecordsSQL = `UPDATE ` + AppliedTable + ` AS a SET part = o.p, seq = o.s
-FROM (SELECT l.collection, l.id, l.seq, u.p, u.s, u.f FROM ` + AppliedTable + ` AS l
-	JOIN unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[]) AS u(c, i, p, s, f)
-	ON l.collection = u.c AND l.id = u.i
-	ORDER BY l.collection, l.id
-	FOR UPDATE OF l) AS o
-WHERE a.collection = o.collection AND a.id = o.id
-RETURNING 1 / (o.seq < o.f)::int`
+// pgWriteRecordsSQL is the single round trip's record statement: one
+// upsert that creates the missing records at their writes' last seq and
+// moves the others there, provided each one's seq is below its write's
+// first change; it fails (division by zero) unless it wrote every record:
+// only then does the plan hold. The upsert takes the rows in the order of
+// the arrays, which is lock order (WITH ORDINALITY … ORDER BY, as in
+// pgInsertRecordsSQL): it waits for a concurrent insert of a key as for a
+// locked row, and ON CONFLICT DO UPDATE locks the row it conflicts with
+// (even when its WHERE is false) and, in READ COMMITTED, judges the WHERE
+// on the latest committed version of it — the seq the previous applier
+// committed. The first change of a write of one change is its last
+// (EXCLUDED.seq); those of the writes of several come in arrays of their
+// own ($6–$8), usually empty, which the WHERE searches.
+const pgWriteRecordsSQL = `WITH w AS (INSERT INTO ` + AppliedTable + ` AS a (collection, id, part, seq)
+	SELECT u.c, u.i, u.p, u.s
+	FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS u(c, i, p, s, n)
+	ORDER BY u.n
+	ON CONFLICT (collection, id) DO UPDATE SET part = EXCLUDED.part, seq = EXCLUDED.seq
+	WHERE a.seq < COALESCE((SELECT m.f FROM unnest($6::text[], $7::text[], $8::int8[]) AS m(c, i, f)
+		WHERE m.c = a.collection AND m.i = a.id), EXCLUDED.seq)
+	RETURNING 1)
+SELECT 1 / ((SELECT count(*) FROM w) = $5)::int`
 
 func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
 	conn, err := s.pool.Acquire(ctx)
@@ -129,9 +138,10 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 }
 
 // applyPlan sends the effect statements of plan, moves the records and
-// commits, in one round trip. With lock set, the batch begins with batch 1
-// of Apply and the check that the plan holds (pgCheckBehindSQL); if it
-// does not, the transaction is rolled back and errBehind returned.
+// commits, in one round trip. With lock set, the batch begins with the
+// records' statement of the single round trip (pgWriteRecordsSQL), which
+// checks that the plan holds; if it does not, the transaction is rolled
+// back and errBehind returned.
 func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan, lock *applyBatch) ([]Result, error) {
 	casts := make([]map[string]string, len(plan.patches))
 	for i, g := range plan.patches {
@@ -150,14 +160,15 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 	if lock != nil {
 		// Every write applies whole (the plan assumed so): the records
 		// are the batch's documents in lock order.
-		firsts := make([]int64, len(lock.order))
-		for j, i := range lock.order {
-			firsts[j] = lock.writes[i].Changes[0].Seq
+		mcols, mids, mfirsts := []string{}, []string{}, []int64{}
+		for _, i := range lock.order {
+			if w := &lock.writes[i]; len(w.Changes) > 1 {
+				mcols, mids = append(mcols, w.Collection), append(mids, w.ID)
+				mfirsts = append(mfirsts, w.Changes[0].Seq)
+			}
 		}
-		_, _, lockParts := lock.keys()
 		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLockRecords
-		batch.Queue(pgInsertRecordsSQL, cols, ids, lockParts)
-		batch.Queue(pgMoveRecordsSQL, cols, ids, parts, seqs, firsts)
+		batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, len(ids), mcols, mids, mfirsts)
 	}
 	var deletes []*query
 	for _, g := range plan.deletes {
@@ -189,16 +200,10 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
 	if lock != nil {
-		for range 2 { // BEGIN, insert
-			if _, err := br.Exec(); err != nil {
-				return nil, wrapErr("apply: lock applied records", err, pgPermanent)
-			}
+		if _, err := br.Exec(); err != nil { // BEGIN
+			return nil, wrapErr("apply: begin", err, pgPermanent)
 		}
-		tag, err := br.Exec()
-		if err == nil && tag.RowsAffected() != int64(len(ids)) {
-			err = fmt.Errorf("store: apply: moved %d applied records, expected %d", tag.RowsAffected(), len(ids))
-		}
-		if err != nil {
+		if _, err := br.Exec(); err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero
 				// The server skipped the rest of the batch, COMMIT
