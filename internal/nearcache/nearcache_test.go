@@ -24,11 +24,7 @@ func TestInstallHonoursTickets(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(1 << 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := newTestCache(t)
 			tk := c.Ticket("a")
 			tc.between(c)
 			if got := c.Install(tk, NewEntry(h, 1, far)); got != tc.want {
@@ -52,11 +48,7 @@ func otherStripe(c *Cache, key string) string {
 }
 
 func TestRevokeDropsInstalledEntry(t *testing.T) {
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	far := Now() + int64(time.Hour)
 	if !c.Install(c.Ticket("a"), NewEntry(map[string]string{"n": "1"}, 1, far)) {
 		t.Fatal("install refused")
@@ -81,11 +73,7 @@ func TestRevokeDropsInstalledEntry(t *testing.T) {
 }
 
 func TestExpiredEntryIsNotServed(t *testing.T) {
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	if !c.Install(c.Ticket("a"), NewEntry(map[string]string{"n": "1"}, 1, Now()-1)) {
 		t.Fatal("install refused")
 	}
@@ -138,11 +126,7 @@ func TestByteBudgetEvicts(t *testing.T) {
 }
 
 func TestDueRenewsCopiesBeingRead(t *testing.T) {
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	in := func(k string, d time.Duration) *Entry {
 		e := NewEntry(map[string]string{"n": "1"}, 1, Now()+int64(d))
 		if !c.Install(c.Ticket(k), e) {
@@ -198,11 +182,7 @@ func TestDueRenewsCopiesBeingRead(t *testing.T) {
 }
 
 func TestExpiredEntryIsDropped(t *testing.T) {
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	dropped := make(chan uint64, 1)
 	c.OnDrop = func(_ string, e *Entry, expired bool) {
 		if expired {
@@ -227,11 +207,7 @@ func TestExpiredEntryIsDropped(t *testing.T) {
 }
 
 func TestHotMarks(t *testing.T) {
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	far := Now() + int64(time.Hour)
 	c.MarkHot("a", far)
 	if !c.IsHot("a") {
@@ -258,11 +234,7 @@ func TestHotMarks(t *testing.T) {
 // A renewal of the same value keeps the reply bytes built for it; one of a
 // new value builds them again.
 func TestRenewalKeepsMemos(t *testing.T) {
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	builds := 0
 	build := func() []byte { builds++; return []byte("reply") }
 	install := func(h map[string]string) *Entry {
@@ -282,4 +254,15 @@ func TestRenewalKeepsMemos(t *testing.T) {
 	if builds != 3 {
 		t.Fatalf("%d builds, want 3: a new value must not reuse the old reply", builds)
 	}
+}
+
+// newTestCache returns a cache of 1 MiB, closed when the test ends.
+func newTestCache(t *testing.T) *Cache {
+	t.Helper()
+	c, err := New(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

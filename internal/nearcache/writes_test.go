@@ -39,11 +39,7 @@ func TestWriteGroups(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(1 << 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := newTestCache(t)
 			if !c.Install(c.Ticket("a"), entry("0", 9)) {
 				t.Fatal("install refused")
 			}
@@ -87,11 +83,7 @@ func TestWriteGroups(t *testing.T) {
 // group ends is never served the group's entry while it runs.
 func TestWriteGroupAndANewWrite(t *testing.T) {
 	far := Now() + int64(time.Hour)
-	c, err := New(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newTestCache(t)
 	if c.BeginWrite("a") {
 		t.Fatal("a write of a document with no copy is told it is read here")
 	}
