@@ -88,7 +88,7 @@ func TestClusterInSyncPerPrimary(t *testing.T) {
 		}
 	}
 
-	replica := clusterReplicaOf(t, cc, victim)
+	replica := clusterReplicaOf(t, victim)
 	pid := redisPid(t, replica)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -158,29 +158,40 @@ func TestClusterInSyncPerPrimary(t *testing.T) {
 	t.Logf("%d documents on %s, %d elsewhere; %d writes neither acknowledged nor refused", len(onVictim), victim, len(elsewhere), uncertain)
 }
 
-// clusterReplicaOf returns the address of a replica of the Cluster primary
-// at primary.
-func clusterReplicaOf(t *testing.T, cc *redis.ClusterClient, primary string) string {
+// clusterReplicaOf returns the address of primary's replica as the primary
+// itself reports it (INFO replication: its replication link, which the
+// test freezes), once the link is online. CLUSTER NODES can still show a
+// freshly made Cluster's replicas as masters after their links are up.
+func clusterReplicaOf(t *testing.T, primary string) string {
 	t.Helper()
-	nodes, err := cc.ClusterNodes(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var primaryID string
-	lines := strings.Split(strings.TrimSpace(nodes), "\n")
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) > 2 && strings.HasPrefix(f[1], primary+"@") && strings.Contains(f[2], "master") {
-			primaryID = f[0]
+	c := redis.NewClient(&redis.Options{Addr: primary})
+	defer c.Close()
+	var info string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var err error
+		if info, err = c.Info(context.Background(), "replication").Result(); err != nil {
+			continue
+		}
+		for _, l := range strings.Split(info, "\n") {
+			// slave0:ip=127.0.0.1,port=7004,state=online,offset=…,lag=0
+			if !strings.HasPrefix(l, "slave0:") || !strings.Contains(l, "state=online") {
+				continue
+			}
+			var ip, port string
+			for _, kv := range strings.Split(strings.TrimSpace(strings.TrimPrefix(l, "slave0:")), ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "ip":
+					ip = v
+				case "port":
+					port = v
+				}
+			}
+			if ip != "" && port != "" {
+				return ip + ":" + port
+			}
 		}
 	}
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) > 3 && primaryID != "" && f[3] == primaryID && strings.Contains(f[2], "slave") {
-			a, _, _ := strings.Cut(f[1], "@")
-			return a
-		}
-	}
-	t.Fatalf("no replica of %s in CLUSTER NODES:\n%s", primary, nodes)
+	t.Fatalf("no online replica of %s in its INFO replication within 15s:\n%s", primary, info)
 	return ""
 }
