@@ -45,6 +45,20 @@ func TestCombinedWrites(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Every round ends and gives its slot back, even the empty ones (a
+	// round that found its calls taken by another); a slot leaked would
+	// stop combining for good. The last round may still be finishing.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		b.comb.mu.Lock()
+		rounds, waiting := b.comb.rounds, len(b.comb.waiting)
+		b.comb.mu.Unlock()
+		if rounds == 0 && waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rounds running and %d calls waiting after every call returned", rounds, waiting)
+		}
+	}
 	st, err := b.Stats(ctx)
 	if err != nil || st.PendingChanges != callers*each || st.PendingDocuments != callers {
 		t.Fatalf("stats %+v %v; want %d changes of %d documents", st, err, callers*each, callers)
