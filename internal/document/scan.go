@@ -24,6 +24,10 @@ import (
 // pending documents up to the last row, until that holds (usually at
 // once: few documents are pending at any time). The pending documents in
 // range are read through the read path in one round trip.
+//
+// With the collection's ScanCache, a scan that repeats a recent one (same
+// from and limit) while no document was inserted or deleted reads the ids
+// that one listed through the read path instead (scancache.go).
 func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]change.Doc, error) {
 	c, err := s.Collection(coll)
 	if err != nil {
@@ -38,6 +42,25 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 			return nil, err
 		}
 	}
+	// A repeat of a recent scan while no document was inserted or deleted:
+	// no pending index, no store (scancache.go). Otherwise the tokens read
+	// here, before the pending index, are the ones the result is cached
+	// under.
+	docs, hit, toks, err := s.cachedScan(ctx, c, from, limit)
+	if err != nil || hit {
+		return docs, err
+	}
+	out, err := s.scan(ctx, c, from, limit)
+	if err != nil {
+		return nil, err
+	}
+	s.rememberScan(c, from, limit, toks, out)
+	return out, nil
+}
+
+// scan is Scan without the scan cache; from is canonical, limit positive.
+func (s *Service) scan(ctx context.Context, c *Collection, from string, limit int) ([]change.Doc, error) {
+	schema := c.Table.Schema
 	less := keyLess(schema.KeyType())
 	// Pending documents first: one that is applied after this step is read
 	// through the read path below, which sees it either way.

@@ -110,7 +110,7 @@ func NewCore(ctx context.Context, cfg *config.Config, reg prometheus.Registerer,
 		if err != nil {
 			return nil, fmt.Errorf("collections.%s: %v", name, err)
 		}
-		colls[name] = &document.Collection{Name: name, Policy: document.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
+		colls[name] = &document.Collection{Name: name, Policy: document.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t, ScanCache: cc.ScanCache}
 		if nc := cc.NearCache; cfg.Writeback.NearCacheOn() && nc.MaxBytes > 0 {
 			colls[name].Near = &document.NearCache{MaxBytes: int64(nc.MaxBytes), LeaseTTL: nc.LeaseTTL.Duration, HotWindow: nc.HotWindow.Duration}
 		}
