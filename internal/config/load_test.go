@@ -81,7 +81,7 @@ func TestLoadFull(t *testing.T) {
 			"mongo": {Driver: "mongodb", URI: "mongodb://127.0.0.1:27017", Database: "test", MaxConns: 32},
 		},
 		Collections: map[string]Collection{
-			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}, NearCache: DefaultNearCache()},
+			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}, NearCache: DefaultNearCache(), ScanCache: true},
 			"orders":    {Store: "maria", Table: "orders", Key: "id", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache(), ScanCache: true},
 		},
 		Queues: map[string]Queue{"bank": {Store: "pg", Tables: []string{"account"}, Policy: "write-through"}},
@@ -108,8 +108,8 @@ func TestLoadAnchors(t *testing.T) {
 	got, err := Load("testdata/anchors.yaml", nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, got.Validate())
-	assert.Equal(t, Collection{Store: "pg", Table: "a", Key: "id", Policy: "write-through", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()}, got.Collections["a"])
-	assert.Equal(t, Collection{Store: "pg", Table: "b", Key: "id", Policy: "write-through", CacheTTL: Duration{5 * time.Minute}, NearCache: DefaultNearCache()}, got.Collections["b"])
+	assert.Equal(t, Collection{Store: "pg", Table: "a", Key: "id", Policy: "write-through", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache(), ScanCache: true}, got.Collections["a"])
+	assert.Equal(t, Collection{Store: "pg", Table: "b", Key: "id", Policy: "write-through", CacheTTL: Duration{5 * time.Minute}, NearCache: DefaultNearCache(), ScanCache: true}, got.Collections["b"])
 }
 
 func TestLoadExampleFile(t *testing.T) {
