@@ -50,23 +50,24 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 	if err != nil || hit {
 		return docs, err
 	}
-	out, err := s.scan(ctx, c, from, limit)
+	ids, out, err := s.scan(ctx, c, from, limit)
 	if err != nil {
 		return nil, err
 	}
-	s.rememberScan(c, from, limit, toks, out)
+	s.rememberScan(c, from, limit, toks, ids)
 	return out, nil
 }
 
 // scan is Scan without the scan cache; from is canonical, limit positive.
-func (s *Service) scan(ctx context.Context, c *Collection, from string, limit int) ([]change.Doc, error) {
+// It returns the documents and their ids.
+func (s *Service) scan(ctx context.Context, c *Collection, from string, limit int) ([]string, []change.Doc, error) {
 	schema := c.Table.Schema
 	less := keyLess(schema.KeyType())
 	// Pending documents first: one that is applied after this step is read
 	// through the read path below, which sees it either way.
 	all, err := s.buf.PendingOf(ctx, c.Name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var pend []string
 	for _, id := range all {
@@ -79,7 +80,7 @@ func (s *Service) scan(ctx context.Context, c *Collection, from string, limit in
 	lastKey, truncated := "", false
 	for want := limit; ; {
 		if rows, err = c.Store.Scan(ctx, c.Table, from, want); err != nil {
-			return nil, &StoreError{Err: err, Read: true}
+			return nil, nil, &StoreError{Err: err, Read: true}
 		}
 		if truncated = len(rows) == want; !truncated {
 			break
@@ -105,7 +106,7 @@ func (s *Service) scan(ctx context.Context, c *Collection, from string, limit in
 		docs, err := getManyAs(s, ctx, refs, func(_ Ref, e *nearcache.Entry) change.Doc { return docOf(e.Hash) },
 			func(_ Ref, h Hash) change.Doc { return docOf(h) })
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, id := range pend {
 			if docs[i] == nil {
@@ -127,7 +128,7 @@ func (s *Service) scan(ctx context.Context, c *Collection, from string, limit in
 	for i, id := range ids {
 		out[i] = byID[id]
 	}
-	return out, nil
+	return ids, out, nil
 }
 
 // keyOf returns the canonical id of a document read from the store.

@@ -152,14 +152,10 @@ func (s *Service) cachedScan(ctx context.Context, c *Collection, from string, li
 	return docs, true, nil, nil
 }
 
-// rememberScan caches the ids of a scan built under toks.
-func (s *Service) rememberScan(c *Collection, from string, limit int, toks *[]string, docs []change.Doc) {
+// rememberScan caches the ids a scan listed under toks.
+func (s *Service) rememberScan(c *Collection, from string, limit int, toks *[]string, ids []string) {
 	if toks == nil {
 		return
 	}
-	ids := make([]string, len(docs))
-	for i, d := range docs {
-		ids[i] = keyOf(c.Table.Schema, d)
-	}
-	s.scans.lists.Set(scanKey{c.Name, from, limit}, &scanList{ids: ids, toks: toks})
+	s.scans.lists.Set(scanKey{c.Name, from, limit}, &scanList{ids: slices.Clip(ids), toks: toks})
 }
