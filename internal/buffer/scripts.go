@@ -137,8 +137,9 @@ end
 //
 // A counting HSET of a cached document costs three commands (HGET, RPUSH,
 // HSET), plus ZADD when it makes the document pending; each group adds GET
-// and SET of its sequence, one DEL of the I leases its writes void, and
-// the counters.
+// and SET of its sequence, one DEL of the I leases its writes void, one
+// DEL of its membership token when it buffered a put or a delete, and the
+// counters.
 var writeScript = redis.NewScript(luaReplies + luaEntry + `
 local lease = ARGV[1]
 local holder, nearchan = ARGV[2], ARGV[3]
