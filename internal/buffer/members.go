@@ -28,27 +28,20 @@ import (
 // It needs Redis 7.0 or later (SET with both NX and GET); on older servers
 // it returns an error and callers scan without tokens.
 func (b *Buffer) MembershipTokens(ctx context.Context) ([]string, error) {
-	pipe := b.rdb.Pipeline()
-	gets := make([]*redis.StringCmd, b.parts)
-	for p := range b.parts {
-		gets[p] = pipe.Get(ctx, b.membersKey(p))
+	toks, err := b.readMembers(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("buffer: membership tokens: %w", err)
-	}
-	toks := make([]string, b.parts)
 	var missing []int
-	for p, c := range gets {
-		if c.Err() != nil {
+	for p, t := range toks {
+		if t == "" {
 			missing = append(missing, p)
-			continue
 		}
-		toks[p] = c.Val()
 	}
 	if len(missing) == 0 {
 		return toks, nil
 	}
-	pipe = b.rdb.Pipeline()
+	pipe := b.rdb.Pipeline()
 	sets := make([]*redis.StatusCmd, len(missing))
 	for i, p := range missing {
 		tok, err := newMembersToken()
@@ -81,4 +74,37 @@ func newMembersToken() (string, error) {
 		return "", fmt.Errorf("buffer: membership token: %w", err)
 	}
 	return hex.EncodeToString(t[:]), nil
+}
+
+// readMembers reads every partition's membership token, "" for a missing
+// one: one MGET on a single server (one command, not one per partition),
+// a pipeline of GETs in a Cluster, whose partitions live in many slots.
+func (b *Buffer) readMembers(ctx context.Context) ([]string, error) {
+	toks := make([]string, b.parts)
+	if _, cluster := b.rdb.(*redis.ClusterClient); !cluster {
+		keys := make([]string, b.parts)
+		for p := range b.parts {
+			keys[p] = b.membersKey(p)
+		}
+		vals, err := b.rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("buffer: membership tokens: %w", err)
+		}
+		for p, v := range vals {
+			toks[p], _ = v.(string)
+		}
+		return toks, nil
+	}
+	pipe := b.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, b.parts)
+	for p := range b.parts {
+		gets[p] = pipe.Get(ctx, b.membersKey(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: membership tokens: %w", err)
+	}
+	for p, c := range gets {
+		toks[p] = c.Val()
+	}
+	return toks, nil
 }

@@ -68,7 +68,7 @@ type scanWorld struct {
 	a, b   *scanSidecar
 }
 
-func newScanWorld(t *testing.T) *scanWorld {
+func newScanWorld(t testing.TB) *scanWorld {
 	t.Helper()
 	ctx := context.Background()
 	dsn := testenv.PostgresDSN(t)
@@ -119,7 +119,7 @@ func newScanWorld(t *testing.T) *scanWorld {
 	return w
 }
 
-func (w *scanWorld) put(t *testing.T, sc *scanSidecar, id, s string) int64 {
+func (w *scanWorld) put(t testing.TB, sc *scanSidecar, id, s string) int64 {
 	t.Helper()
 	seq, err := sc.svc.Put(context.Background(), w.coll, id, []byte(fmt.Sprintf(`{"s":%q}`, s)))
 	if err != nil {
@@ -129,7 +129,7 @@ func (w *scanWorld) put(t *testing.T, sc *scanSidecar, id, s string) int64 {
 }
 
 // apply applies a document's buffered writes to the store.
-func (w *scanWorld) apply(t *testing.T, sc *scanSidecar, id string, seq int64) error {
+func (w *scanWorld) apply(t testing.TB, sc *scanSidecar, id string, seq int64) error {
 	t.Helper()
 	return sc.app.ApplyDoc(context.Background(), w.coll, id, seq)
 }
