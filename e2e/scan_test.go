@@ -12,12 +12,13 @@ import (
 // delete or a patch through any of them shows in the next scan of every
 // other.
 func TestScanCacheAcrossSidecars(t *testing.T) {
+	nearOnly(t) // the scan cache runs with the near cache
 	e := newEnv(t, 4)
 	coll := e.coll("pg")
 	addrA, addrB, addrM := freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg := e.config(addrA, "write-back", "")
-	a := start(t, cfg, addrA)
-	b := start(t, e.config(addrB, "write-back", ""), addrB)
+	a := start(t, cfg, addrA, "WRITEBACK_NEAR_CACHE=on")
+	b := start(t, e.config(addrB, "write-back", ""), addrB, "WRITEBACK_NEAR_CACHE=on")
 	m := startEmbedded(t, cfg, addrM, e.prefix+"-embedded", false, false)
 	ctx := context.Background()
 	all := []*sidecar{a, b, m}

@@ -116,7 +116,7 @@ type Collection struct {
 	NearCache NearCache `yaml:"nearCache"`
 	// ScanCache keeps the ids of recent scans in each sidecar's memory, so
 	// that a scan that repeats one while no document was inserted or
-	// deleted skips the store (default true).
+	// deleted skips the store (default true; only with the near cache on).
 	ScanCache bool `yaml:"scanCache"`
 }
 
