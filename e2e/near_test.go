@@ -126,6 +126,42 @@ func TestNearHolderLetsGo(t *testing.T) {
 	}
 }
 
+// TestNearRenewalExtends: a copy being read is served from the near cache
+// lease period after lease period, its lease extended in the background
+// without reading the value again (outcome "extended", no new grant); an
+// extended lease is revoked like any other.
+func TestNearRenewalExtends(t *testing.T) {
+	nearOnly(t)
+	_, holder, writer, coll, _ := nearPair(t)
+	metric := func(outcome string) float64 {
+		return metricValue(t, holder.addr, `writeback_nearcache_leases_total{collection="`+coll+`",outcome="`+outcome+`"}`)
+	}
+	misses := `writeback_nearcache_misses_total{collection="` + coll + `"}`
+	granted0, extended0, misses0 := metric("granted"), metric("extended"), metricValue(t, holder.addr, misses)
+	for end := time.Now().Add(3 * nearLease); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := nearRead(t, holder, coll); got != "init" {
+			t.Fatalf("holder read %q, want init", got)
+		}
+	}
+	if n := metric("extended") - extended0; n < 2 {
+		t.Errorf("%v extensions over three lease periods of reads, want at least 2", n)
+	}
+	if n := metric("granted") - granted0; n != 0 {
+		t.Errorf("%v new grants while the copy was being read: renewals read the value again", n)
+	}
+	if n := metricValue(t, holder.addr, misses) - misses0; n != 0 {
+		t.Errorf("%v near-cache misses while the copy was being read", n)
+	}
+	start := time.Now()
+	nearWrite(t, writer, coll, "new")
+	if d := time.Since(start); d > nearLease/2 {
+		t.Errorf("the write took %v: the holder of an extended lease should let go at once", d)
+	}
+	if got := nearRead(t, holder, coll); got != "new" {
+		t.Fatalf("holder read %q after the write, want new", got)
+	}
+}
+
 func TestNearHolderPaused(t *testing.T) {
 	nearOnly(t)
 	e, holder, writer, coll, leased := nearPair(t)

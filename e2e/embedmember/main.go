@@ -4,8 +4,8 @@
 // WRITEBACK_FAULTS point) as it does a sidecar.
 //
 // The test drives it through a loopback front door that speaks the subset
-// of the HTTP API its Go client (pkg/client) uses — GET and PATCH of a
-// document, /readyz, /metrics — so that the harness handles it like a
+// of the HTTP API its Go client (pkg/client) uses — GET, PUT, PATCH and
+// DELETE of a document, scans, /readyz, /metrics — so that the harness handles it like a
 // sidecar. That front door only calls the DB: every read and write runs
 // pkg/writeback's code, near cache and leases included.
 //
@@ -75,9 +75,42 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"seq":` + strconv.FormatInt(seq, 10) + `}`))
 	})
+	mux.HandleFunc("PUT /v1/docs/{coll}/{id}", func(w http.ResponseWriter, r *http.Request) {
+		doc, err := io.ReadAll(r.Body)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		seq, err := db.Put(r.Context(), r.PathValue("coll"), r.PathValue("id"), json.RawMessage(doc))
+		wrote(w, seq, err)
+	})
+	mux.HandleFunc("DELETE /v1/docs/{coll}/{id}", func(w http.ResponseWriter, r *http.Request) {
+		seq, err := db.Delete(r.Context(), r.PathValue("coll"), r.PathValue("id"))
+		wrote(w, seq, err)
+	})
+	mux.HandleFunc("GET /v1/docs/{coll}", func(w http.ResponseWriter, r *http.Request) {
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		docs, err := db.Scan(r.Context(), r.PathValue("coll"), r.URL.Query().Get("from"), limit)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(client.ScanResult{Docs: docs})
+	})
 	err = http.ListenAndServe(*listen, mux)
 	fmt.Fprintln(os.Stderr, "embedmember:", err)
 	os.Exit(1)
+}
+
+// wrote answers a write: its seq, or err.
+func wrote(w http.ResponseWriter, seq int64, err error) {
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"seq":` + strconv.FormatInt(seq, 10) + `}`))
 }
 
 // fail answers err as the HTTP API would: the DB's errors are already

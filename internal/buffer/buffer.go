@@ -135,6 +135,7 @@ func (b *Buffer) statsKey(part int) string            { return b.tag(part) + "st
 func (b *Buffer) seqKey(part int) string              { return b.tag(part) + "seq" }
 func (b *Buffer) ownerKey(part int) string            { return b.tag(part) + "owner" }
 func (b *Buffer) deadKey(part int) string             { return b.tag(part) + "dead" }
+func (b *Buffer) membersKey(part int) string          { return b.tag(part) + "members" }
 func (b *Buffer) sidecarsKey() string                 { return b.prefix + ":sidecars" }
 
 // NewToken returns a random I-lease token.

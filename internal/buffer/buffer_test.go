@@ -404,7 +404,7 @@ func TestWriteCallKeys(t *testing.T) {
 	put, _ := change.ParsePut(s, "7", []byte(`{"n":1}`))
 	wc := b.writeCalls([]WriteRequest{{Coll: "c", ID: "7", Change: put, Schema: s}})[0]
 	p, m := b.Partition("c", "7"), Member("c", "7")
-	want := []string{b.pendingKey(p), b.statsKey(p), b.seqKey(p), b.cacheKey(p, m), b.bwKey(p, m), b.ileaseKey(p, m)}
+	want := []string{b.pendingKey(p), b.statsKey(p), b.seqKey(p), b.membersKey(p), b.cacheKey(p, m), b.bwKey(p, m), b.ileaseKey(p, m)}
 	if !slices.Equal(wc.keys, want) {
 		t.Fatalf("keys %q; want %q", wc.keys, want)
 	}

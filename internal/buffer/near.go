@@ -155,6 +155,35 @@ if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], 'r;' .. KEYS[1]) end
 return 1
 `)
 
+// extendScript extends a read lease the caller still holds, without
+// reading the entry again: its holder field must still name the
+// generation of the copy (old), which proves that nothing was written to
+// the document since that copy's grant — every write deletes the record's
+// fields before it becomes visible (near_check) and a sidecar's own write
+// is granted under a new generation (near_grant) — so the copy still holds
+// the document's value. The field then names the new generation (new), so
+// that a release of the old one, in flight, does not take the extension
+// away. Refused, like a grant, while the document is hot or a writer waits
+// for its holders.
+//
+// KEYS: 1 lease record, 2 hot mark. ARGV: 1 holder, 2 old generation,
+// 3 new generation, 4 lease lifetime ms. Returns 0 when the field is gone
+// or names another generation (lease the document again), else a
+// LeaseOutcome (LeaseGranted: extended).
+var extendScript = redis.NewScript(luaEntry + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local c = string.find(cur, ':', 1, true)
+if string.sub(cur, c + 1) ~= ARGV[2] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+local now = now_ms()
+local x = redis.call('HGET', KEYS[1], 'x')
+if x and tonumber(x) > now then return 3 end
+local exp = math.max(now + tonumber(ARGV[4]), tonumber(string.sub(cur, 1, c - 1)))
+redis.call('HSET', KEYS[1], ARGV[1], exp .. ':' .. ARGV[3])
+return 1
+`)
+
 // LeaseOutcome is what a lease request got on a hit.
 type LeaseOutcome int
 
@@ -225,6 +254,49 @@ func (b *Buffer) LeaseRead(ctx context.Context, reqs []NearRead) ([]NearReadResu
 		out[i] = NearReadResult{Hit: true, Hash: h, Outcome: LeaseOutcome(code)}
 		if out[i].Outcome == LeaseGranted && repls[i] != nil {
 			out[i].Outcome = LeaseUnconfirmed
+		}
+	}
+	return out, nil
+}
+
+// NearExtend is one request of ExtendLeases: the copy held was granted
+// under Gen; the extension is granted under NewGen.
+type NearExtend struct {
+	Coll, ID    string
+	Gen, NewGen uint64
+	TTL         time.Duration
+}
+
+// ExtendLeases extends, in one round trip, leases this sidecar holds on
+// copies it keeps (extendScript). Each outcome is 0 when the lease is no
+// longer the copy's (lease the document again, reading its value), else
+// LeaseGranted (extended), LeaseHot, LeaseRevoking or LeaseUnconfirmed.
+func (b *Buffer) ExtendLeases(ctx context.Context, reqs []NearExtend) ([]LeaseOutcome, error) {
+	calls := make([]rscript.Call, len(reqs))
+	for i, r := range reqs {
+		part := b.Partition(r.Coll, r.ID)
+		m := Member(r.Coll, r.ID)
+		calls[i] = rscript.Call{
+			Script: extendScript,
+			Keys:   []string{b.leaseKey(part, m), b.hotKey(part, m)},
+			Args:   []any{b.Instance, strconv.FormatUint(r.Gen, 10), strconv.FormatUint(r.NewGen, 10), r.TTL.Milliseconds()},
+		}
+	}
+	// As a grant's: the extension must reach the replicas before the
+	// holder serves under it.
+	replies, errs, repls := b.durable().RunAll(ctx, calls)
+	out := make([]LeaseOutcome, len(reqs))
+	for i := range reqs {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("buffer: extend lease: %w", errs[i])
+		}
+		code, ok := replies[i].(int64)
+		if !ok {
+			return nil, errors.New("buffer: extend lease: malformed reply")
+		}
+		out[i] = LeaseOutcome(code)
+		if out[i] == LeaseGranted && repls[i] != nil {
+			out[i] = LeaseUnconfirmed
 		}
 	}
 	return out, nil

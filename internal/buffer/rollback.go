@@ -45,7 +45,8 @@ type Rollback struct {
 //     Its cache entries are older than the store, too: every cache entry
 //     and I lease of the buffer on the node is deleted, so that the next
 //     read fills from the store (buffered writes stay: their changes at or
-//     below a record are skipped as the duplicates they are).
+//     below a record are skipped as the duplicates they are), and so is
+//     every membership token, so that the next scans miss.
 //   - Then every sequence on the node is raised to at least f.Global, as at
 //     start-up (a document may have moved partitions since its record),
 //     and to what this process saw it give out; and writes refuse a
@@ -103,6 +104,12 @@ func (b *Buffer) CheckRollback(ctx context.Context, c redis.Cmdable, f Floors) (
 		}
 		r.Dropped = n
 		r.RolledBack = r.RolledBack || n > 0
+		// Buffered puts and deletes may be lost, and the membership tokens
+		// may be ones an older snapshot held: scans cached under them may
+		// list documents that no longer exist, or miss some that do.
+		if err := b.dropMembers(ctx, c, mine); err != nil {
+			return r, err
+		}
 	}
 	for i, p := range mine {
 		floor := max(f.Global, b.seen[p].Load())
@@ -156,6 +163,19 @@ func (b *Buffer) dropCache(ctx context.Context, c redis.Cmdable) (int64, error) 
 		}
 	}
 	return dropped, nil
+}
+
+// dropMembers deletes the membership tokens of partitions parts on node c
+// (MembershipTokens), so that every scan cached under them misses.
+func (b *Buffer) dropMembers(ctx context.Context, c redis.Cmdable, parts []int) error {
+	pipe := c.Pipeline()
+	for _, p := range parts {
+		pipe.Del(ctx, b.membersKey(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("buffer: deleting membership tokens: %w", err)
+	}
+	return nil
 }
 
 // isMoved reports a Cluster redirection: the key lives on another node.

@@ -78,7 +78,9 @@ end
 // ARGV[1] is the I-lease lifetime in ms, ARGV[2] this sidecar's instance
 // id (a near-cache lease holder), ARGV[3] the prefix of the holders'
 // channels (near.go). Then, per group: KEYS pending index (zset),
-// partition stats (hash), partition sequence; ARGV the number of writes in
+// partition stats (hash), partition sequence, membership token (string,
+// Buffer.MembershipTokens: deleted with every put or delete buffered, in
+// the same atomic step); ARGV the number of writes in
 // the group and the partition's floor (the highest seq the caller knows it
 // gave out or its store applied; {-6} below it). Then, per write of the
 // group: KEYS cache entry (hash), buffered write (list), I leases (hash),
@@ -135,8 +137,9 @@ end
 //
 // A counting HSET of a cached document costs three commands (HGET, RPUSH,
 // HSET), plus ZADD when it makes the document pending; each group adds GET
-// and SET of its sequence, one DEL of the I leases its writes void, and
-// the counters.
+// and SET of its sequence, one DEL of the I leases its writes void, one
+// DEL of its membership token when it buffered a put or a delete, and the
+// counters.
 var writeScript = redis.NewScript(luaReplies + luaEntry + `
 local lease = ARGV[1]
 local holder, nearchan = ARGV[2], ARGV[3]
@@ -149,6 +152,9 @@ local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- given out, written back once at the end of the group.
 local changes, bytes, docs = 0, 0, 0
 local seq = 0
+-- Whether the current group buffered a put or a delete: only those change
+-- which documents exist (a patch of a missing document is NOT_FOUND).
+local members = false
 -- The I leases the group's writes void, deleted in one DEL at the end of
 -- the group (or before the group touches one of them otherwise): the
 -- script is atomic, so no reader sees them in between.
@@ -324,6 +330,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
   local e = string.format('%d', s) .. '|' .. ms .. '|' .. body
   local len = redis.call('RPUSH', bw, e)
   seq = s
+  if kind ~= 'U' then members = true end
   changes, bytes = changes + 1, bytes + #e
   if len == 1 then
     -- Pending from now on; the member is the cache entry's name after the
@@ -409,9 +416,10 @@ end
 local out = {}
 local a, k = 4, 0
 while k < #KEYS do
-  local pending, sk, seqk = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local pending, sk, seqk, memk = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   local nw, floor = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  a, k = a + 2, k + 3
+  a, k = a + 2, k + 4
+  members = false
   -- A missing sequence means Redis lost it; one below floor, the highest
   -- seq the caller knows this partition gave out or its store applied,
   -- means the node went back to older data (an older snapshot, a lagging
@@ -442,6 +450,9 @@ while k < #KEYS do
   -- buffered above, whatever became of the writes after it.
   if seqok and seq > first then redis.call('SET', seqk, string.format('%d', seq)) end
   void_now()
+  -- A put or a delete may have changed which documents exist: scans
+  -- cached under the partition's membership token are stale from now on.
+  if members then redis.call('DEL', memk) end
   if changes > 0 then
     redis.call('HINCRBY', sk, 'changes', changes)
     redis.call('HINCRBY', sk, 'bytes', bytes)
@@ -501,7 +512,7 @@ return total
 // the rejected changes.
 //
 // KEYS: 1 pending index, 2 stats, 3 buffered write, 4 cache entry, 5 dead
-// letters, 6 I leases. ARGV: 1 member, 2 last seq, 3 dead-letter record ("" to drop
+// letters, 6 I leases, 7 membership token. ARGV: 1 member, 2 last seq, 3 dead-letter record ("" to drop
 // without a record), 4 the most records the partition keeps (0: no cap).
 // Returns how many entries it removed.
 var deadScript = redis.NewScript(luaEntry + luaPop + `
@@ -510,6 +521,9 @@ redis.call('DEL', KEYS[4])
 -- A reader that missed while the rejected change was buffered computed a
 -- value containing it: void its I lease so that it cannot install it.
 redis.call('DEL', KEYS[6])
+-- A rejected put or delete never reaches the store: which documents exist
+-- may change back, so scans cached under the membership token go.
+if n > 0 then redis.call('DEL', KEYS[7]) end
 if ARGV[3] ~= '' and n > 0 then
   local len = redis.call('RPUSH', KEYS[5], ARGV[3])
   redis.call('HINCRBY', KEYS[2], 'dead', 1)

@@ -325,7 +325,7 @@ func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
 	is = slices.Clone(is)
 	slices.SortStableFunc(is, func(i, j int) int { return cmp.Compare(parts[i], parts[j]) })
 	wc := &writeCall{
-		keys:  make([]string, 0, 3*len(is)+9),
+		keys:  make([]string, 0, 3*len(is)+12),
 		args:  make([]any, 0, 9*len(is)+4),
 		reqs:  is,
 		parts: make([]int, len(is)),
@@ -341,7 +341,7 @@ func (b *Buffer) writeCall(reqs []WriteRequest, parts, is []int) *writeCall {
 			n++
 		}
 		tag := b.tag(part)
-		wc.keys = append(wc.keys, b.pendingKey(part), b.statsKey(part), b.seqKey(part))
+		wc.keys = append(wc.keys, b.pendingKey(part), b.statsKey(part), b.seqKey(part), b.membersKey(part))
 		wc.args = append(wc.args, n, b.seen[part].Load())
 		for _, i := range is[g : g+n] {
 			r := reqs[i]

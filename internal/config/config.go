@@ -114,6 +114,10 @@ type Collection struct {
 	// NearCache is the collection's near cache (in-process L1 under read
 	// leases), used while writeback.nearCache is on.
 	NearCache NearCache `yaml:"nearCache"`
+	// ScanCache keeps the ids of recent scans in each sidecar's memory, so
+	// that a scan that repeats one while no document was inserted or
+	// deleted skips the store (default true; only with the near cache on).
+	ScanCache bool `yaml:"scanCache"`
 }
 
 // NearCache configures a collection's near cache.
@@ -264,7 +268,7 @@ func DefaultNearCache() NearCache {
 }
 
 func defaultCollection() Collection {
-	return Collection{Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()}
+	return Collection{Policy: PolicyWriteBack, CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache(), ScanCache: true}
 }
 
 // UnmarshalYAML decodes a store on top of its defaults. Unknown keys were

@@ -81,8 +81,8 @@ func TestLoadFull(t *testing.T) {
 			"mongo": {Driver: "mongodb", URI: "mongodb://127.0.0.1:27017", Database: "test", MaxConns: 32},
 		},
 		Collections: map[string]Collection{
-			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}, NearCache: DefaultNearCache()},
-			"orders":    {Store: "maria", Table: "orders", Key: "id", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()},
+			"usertable": {Store: "pg", Table: "users", Key: "ycsb_key", Policy: "write-through", CacheTTL: Duration{10 * time.Minute}, NearCache: DefaultNearCache(), ScanCache: true},
+			"orders":    {Store: "maria", Table: "orders", Key: "id", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache(), ScanCache: true},
 		},
 		Queues: map[string]Queue{"bank": {Store: "pg", Tables: []string{"account"}, Policy: "write-through"}},
 		Mappings: []map[string]any{{
@@ -108,8 +108,8 @@ func TestLoadAnchors(t *testing.T) {
 	got, err := Load("testdata/anchors.yaml", nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, got.Validate())
-	assert.Equal(t, Collection{Store: "pg", Table: "a", Key: "id", Policy: "write-through", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()}, got.Collections["a"])
-	assert.Equal(t, Collection{Store: "pg", Table: "b", Key: "id", Policy: "write-through", CacheTTL: Duration{5 * time.Minute}, NearCache: DefaultNearCache()}, got.Collections["b"])
+	assert.Equal(t, Collection{Store: "pg", Table: "a", Key: "id", Policy: "write-through", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache(), ScanCache: true}, got.Collections["a"])
+	assert.Equal(t, Collection{Store: "pg", Table: "b", Key: "id", Policy: "write-through", CacheTTL: Duration{5 * time.Minute}, NearCache: DefaultNearCache(), ScanCache: true}, got.Collections["b"])
 }
 
 func TestLoadExampleFile(t *testing.T) {
@@ -118,7 +118,7 @@ func TestLoadExampleFile(t *testing.T) {
 	require.NoError(t, got.Validate())
 	assert.Equal(t, []string{"127.0.0.1:6379"}, got.Redis.Addrs)
 	assert.ElementsMatch(t, []string{"pg", "maria"}, sortedKeys(got.Stores))
-	assert.Equal(t, Collection{Store: "pg", Table: "usertable", Key: "ycsb_key", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache()},
+	assert.Equal(t, Collection{Store: "pg", Table: "usertable", Key: "ycsb_key", Policy: "write-back", CacheTTL: Duration{time.Hour}, NearCache: DefaultNearCache(), ScanCache: true},
 		got.Collections["usertable"])
 
 	// The example shows the defaults: apart from what a deployment must
@@ -342,7 +342,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:    "unknown key in a collection",
 			path:    "testdata/unknown_collection_key.yaml",
-			wantErr: "testdata/unknown_collection_key.yaml:5: collections.usertable.ttl is not a known key; remove it or fix its spelling (collections.usertable takes: cacheTTL, key, nearCache, policy, store, table)",
+			wantErr: "testdata/unknown_collection_key.yaml:5: collections.usertable.ttl is not a known key; remove it or fix its spelling (collections.usertable takes: cacheTTL, key, nearCache, policy, scanCache, store, table)",
 		},
 		{
 			name:    "not a number",
@@ -404,10 +404,10 @@ func TestLoadStructuralErrors(t *testing.T) {
 		{"bool", "redis: {replicas: yes}\n", `f.yaml:1: redis.replicas: "yes" is not a whole number`},
 		{"list element", "queues: {bank: {store: pg, tables: [a, [b]]}}\n", "f.yaml:1: queues.bank.tables[1]: want a single value, not a list or a mapping"},
 		{"unknown key in a store", "stores: {pg: {driver: postgres, dns: x}}\n", "f.yaml:1: stores.pg.dns is not a known key; remove it or fix its spelling (stores.pg takes: database, driver, dsn, dsnEnv, maxConns, uri)"},
-		{"empty collection", "collections:\n  u:\n", "f.yaml:2: collections.u: the entry is empty; fill it in (cacheTTL, key, nearCache, policy, store, table) or remove it"},
+		{"empty collection", "collections:\n  u:\n", "f.yaml:2: collections.u: the entry is empty; fill it in (cacheTTL, key, nearCache, policy, scanCache, store, table) or remove it"},
 		{"empty store", "stores: {pg: }\n", "f.yaml:1: stores.pg: the entry is empty; fill it in (database, driver, dsn, dsnEnv, maxConns, uri) or remove it"},
 		{"two documents", "listen: a:1\n---\nlisten: b:2\n", "config file f.yaml holds more than one YAML document; keep only one (remove the extra ---)"},
-		{"unknown key through a merge", "collections:\n  a: &c {key: id}\n  b: {<<: *c, polcy: x}\n", "f.yaml:3: collections.b.polcy is not a known key; remove it or fix its spelling (collections.b takes: cacheTTL, key, nearCache, policy, store, table)"},
+		{"unknown key through a merge", "collections:\n  a: &c {key: id}\n  b: {<<: *c, polcy: x}\n", "f.yaml:3: collections.b.polcy is not a known key; remove it or fix its spelling (collections.b takes: cacheTTL, key, nearCache, policy, scanCache, store, table)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -507,4 +507,22 @@ func TestLoadNearCache(t *testing.T) {
 	want := DefaultNearCache()
 	want.LeaseTTL = Duration{time.Second}
 	assert.Equal(t, want, got.Collections["u"].NearCache, "unset nearCache keys keep their defaults")
+}
+
+func TestCollectionScanCache(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       bool
+	}{
+		{"on by default", "collections:\n  u: {store: pg, key: id}\n", true},
+		{"switched off", "collections:\n  u: {store: pg, key: id, scanCache: false}\n", false},
+		{"switched on", "collections:\n  u: {store: pg, key: id, scanCache: true}\n", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse("f.yaml", []byte(tc.yaml))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got.Collections["u"].ScanCache)
+		})
+	}
 }

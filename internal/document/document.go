@@ -45,6 +45,9 @@ type Collection struct {
 	Store     store.Store
 	Table     *store.Table
 	Near      *NearCache // nil: no near cache (StartNear starts it)
+	// ScanCache makes a scan that repeats a recent one while no document
+	// was inserted or deleted skip the store (scancache.go).
+	ScanCache bool
 
 	near *nearColl // the running near cache
 }
@@ -61,6 +64,7 @@ type Service struct {
 	colls map[string]*Collection
 	m     *metrics.Metrics
 	near  *nearService // nil until StartNear, and without near caches
+	scans *scanCache   // the lists of collections with ScanCache
 
 	// fallback is set while pinned memory is above writeback's limit:
 	// write-back collections then write through, so that the buffer
@@ -70,7 +74,7 @@ type Service struct {
 
 // New returns a service over colls.
 func New(buf *buffer.Buffer, app *bgt.Applier, colls map[string]*Collection, m *metrics.Metrics) *Service {
-	return &Service{buf: buf, w: ioWriter{buf}, app: app, colls: colls, m: m}
+	return &Service{buf: buf, w: ioWriter{buf}, app: app, colls: colls, m: m, scans: newScanCache(DefaultScanCacheBytes)}
 }
 
 // SetFallback switches write-back collections to write-through (on) or

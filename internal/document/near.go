@@ -59,10 +59,12 @@ type nearColl struct {
 	leases map[buffer.LeaseOutcome]prometheus.Counter
 	refuse prometheus.Counter
 	uncach prometheus.Counter
-	sent   prometheus.Counter
-	recv   prometheus.Counter
-	wait   prometheus.Observer
-	renew  chan string // documents to lease again now (after a local write)
+	// extended counts renewals that extended a copy's lease (extend)
+	extended prometheus.Counter
+	sent     prometheus.Counter
+	recv     prometheus.Counter
+	wait     prometheus.Observer
+	renew    chan string // documents to lease again now (after a local write)
 }
 
 // nearService is the service's side of the protocol: its holder identity,
@@ -122,7 +124,8 @@ func (s *Service) StartNear(ctx context.Context, instance string) error {
 				buffer.LeaseUnconfirmed: lease(metrics.LeaseUnconfirm),
 			},
 			refuse: lease(metrics.LeaseRefused), uncach: lease(metrics.LeaseUncached),
-			sent: nm.RevokesSent.WithLabelValues(name), recv: nm.RevokesRecv.WithLabelValues(name),
+			extended: lease(metrics.LeaseExtended),
+			sent:     nm.RevokesSent.WithLabelValues(name), recv: nm.RevokesRecv.WithLabelValues(name),
 			wait:  nm.WriteWait.WithLabelValues(name),
 			renew: make(chan string, renewQueue),
 		}
@@ -198,66 +201,6 @@ func (s *Service) releaser(ns *nearService) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.buf.ReleaseMany(ctx, rel)
 		cancel()
-	}
-}
-
-// renewQueue bounds the leases asked for after local writes, and the
-// releases, waiting for their goroutines.
-const renewQueue = 4096
-
-// keepIdle is how many lease periods in a row a copy nobody read is leased
-// again (nearcache.Cache.KeepIdle): a document read about once in two
-// lease periods stays served from the near cache, at the price of one
-// renewal, in a batch, per period.
-const keepIdle = 1
-
-// renewer leases again, in batches of up to maxRenew per round trip, the
-// documents whose copies come within the last quarter of their lease and
-// were read during it (nearcache.Cache.Due), so that a document being read
-// is served from the near cache without a gap; and the documents this
-// sidecar just wrote (beginWrite).
-func (s *Service) renewer(c *Collection) {
-	const maxRenew = 256
-	window := c.near.cfg.LeaseTTL / 4
-	tick := time.NewTicker(max(window/4, 10*time.Millisecond))
-	defer tick.Stop()
-	refs := make([]Ref, 0, maxRenew)
-	is := make([]int, 0, maxRenew)
-	ids := make([]string, 0, maxRenew)
-	for {
-		ids = ids[:0]
-		select {
-		case <-tick.C:
-		case id := <-c.near.renew:
-			ids = append(ids, id)
-		more:
-			for len(ids) < maxRenew {
-				select {
-				case id := <-c.near.renew:
-					ids = append(ids, id)
-				default:
-					break more
-				}
-			}
-		case <-s.near.stop:
-			return
-		}
-		for {
-			if len(ids) == 0 {
-				ids = c.near.cache.Due(window, maxRenew, ids)
-			}
-			if len(ids) == 0 {
-				break
-			}
-			refs, is = refs[:0], is[:0]
-			for i, id := range ids {
-				refs, is = append(refs, Ref{Coll: c, ID: id}), append(is, i)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			s.leaseMany(ctx, refs, is, func(int, *nearcache.Entry, Hash, error) {}, false, true)
-			cancel()
-			ids = ids[:0]
-		}
 	}
 }
 

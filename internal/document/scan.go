@@ -24,6 +24,10 @@ import (
 // pending documents up to the last row, until that holds (usually at
 // once: few documents are pending at any time). The pending documents in
 // range are read through the read path in one round trip.
+//
+// With the collection's ScanCache, a scan that repeats a recent one (same
+// from and limit) while no document was inserted or deleted reads the ids
+// that one listed through the read path instead (scancache.go).
 func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]change.Doc, error) {
 	c, err := s.Collection(coll)
 	if err != nil {
@@ -38,12 +42,32 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 			return nil, err
 		}
 	}
+	// A repeat of a recent scan while no document was inserted or deleted:
+	// no pending index, no store (scancache.go). Otherwise the tokens read
+	// here, before the pending index, are the ones the result is cached
+	// under.
+	docs, hit, toks, err := s.cachedScan(ctx, c, from, limit)
+	if err != nil || hit {
+		return docs, err
+	}
+	ids, out, err := s.scan(ctx, c, from, limit)
+	if err != nil {
+		return nil, err
+	}
+	s.rememberScan(c, from, limit, toks, ids)
+	return out, nil
+}
+
+// scan is Scan without the scan cache; from is canonical, limit positive.
+// It returns the documents and their ids.
+func (s *Service) scan(ctx context.Context, c *Collection, from string, limit int) ([]string, []change.Doc, error) {
+	schema := c.Table.Schema
 	less := keyLess(schema.KeyType())
 	// Pending documents first: one that is applied after this step is read
 	// through the read path below, which sees it either way.
 	all, err := s.buf.PendingOf(ctx, c.Name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var pend []string
 	for _, id := range all {
@@ -56,7 +80,7 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 	lastKey, truncated := "", false
 	for want := limit; ; {
 		if rows, err = c.Store.Scan(ctx, c.Table, from, want); err != nil {
-			return nil, &StoreError{Err: err, Read: true}
+			return nil, nil, &StoreError{Err: err, Read: true}
 		}
 		if truncated = len(rows) == want; !truncated {
 			break
@@ -82,7 +106,7 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 		docs, err := getManyAs(s, ctx, refs, func(_ Ref, e *nearcache.Entry) change.Doc { return docOf(e.Hash) },
 			func(_ Ref, h Hash) change.Doc { return docOf(h) })
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, id := range pend {
 			if docs[i] == nil {
@@ -104,7 +128,7 @@ func (s *Service) Scan(ctx context.Context, coll, from string, limit int) ([]cha
 	for i, id := range ids {
 		out[i] = byID[id]
 	}
-	return out, nil
+	return ids, out, nil
 }
 
 // keyOf returns the canonical id of a document read from the store.

@@ -49,6 +49,10 @@ type Metrics struct {
 	BufferedChanges *prometheus.CounterVec // buffered_changes_total{collection}
 	AppliedChanges  *prometheus.CounterVec // applied_changes_total{collection}
 
+	// Scan cache, per collection.
+	ScanCacheHits   *prometheus.CounterVec // scan_cache_hits_total{collection}
+	ScanCacheMisses *prometheus.CounterVec // scan_cache_misses_total{collection}
+
 	// The buffer as a whole.
 	PendingChanges   prometheus.Gauge // pending_changes
 	PendingDocuments prometheus.Gauge // pending_documents
@@ -138,6 +142,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		AppliedChanges: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "applied_changes_total",
 			Help: "Buffered changes committed to the store by the appliers, by collection.",
+		}, []string{"collection"}),
+		ScanCacheHits: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "scan_cache", Name: "hits_total",
+			Help: "Scans answered from a cached list of ids (no store query, no pending-index read), by collection.",
+		}, []string{"collection"}),
+		ScanCacheMisses: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "scan_cache", Name: "misses_total",
+			Help: "Scans of collections with a scan cache that queried the store, by collection.",
 		}, []string{"collection"}),
 
 		PendingChanges: f.NewGauge(prometheus.GaugeOpts{
@@ -297,5 +309,7 @@ func (m *Metrics) InitCollection(name string) {
 	m.CacheMisses.WithLabelValues(name)
 	m.BufferedChanges.WithLabelValues(name)
 	m.AppliedChanges.WithLabelValues(name)
+	m.ScanCacheHits.WithLabelValues(name)
+	m.ScanCacheMisses.WithLabelValues(name)
 	m.WriteThroughFallback.WithLabelValues(name).Set(0)
 }

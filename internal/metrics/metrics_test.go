@@ -15,6 +15,7 @@ import (
 var allNames = []string{
 	"requests_total", "request_duration_seconds",
 	"cache_hits_total", "cache_misses_total", "buffered_changes_total", "applied_changes_total",
+	"scan_cache_hits_total", "scan_cache_misses_total",
 	"pending_changes", "pending_documents", "pinned_bytes", "oldest_pending_age_seconds", "dead_letters",
 	"owned_partitions", "sidecars", "apply_batch_size", "apply_duration_seconds", "apply_errors_total",
 	"apply_retries_total", "batch_splits_total", "deadletters_total",

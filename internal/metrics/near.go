@@ -8,6 +8,7 @@ import (
 // Label values of NearMetrics.Leases' outcome.
 const (
 	LeaseGranted   = "granted"     // a read took a lease and installed its copy
+	LeaseExtended  = "extended"    // a renewal extended the lease of the copy held, reading nothing again
 	LeaseHot       = "hot"         // written within the hot window: served from Redis, no lease
 	LeaseRevoking  = "revoking"    // a writer waits for the holders: no lease
 	LeaseRefused   = "refused"     // granted, but a revocation or a local write came first: no copy kept
@@ -41,7 +42,7 @@ func newNear(f promauto.Factory) *NearMetrics {
 			Namespace: Namespace, Subsystem: "nearcache", Name: "bytes",
 			Help: "Estimated bytes held by the near cache, by collection.",
 		}, coll),
-		Leases:      f.NewCounterVec(opts("leases_total", "Outcomes of near-cache lease requests, by collection and outcome (granted, hot, revoking, refused, uncached, unconfirmed)."), []string{"collection", "outcome"}),
+		Leases:      f.NewCounterVec(opts("leases_total", "Outcomes of near-cache lease requests, by collection and outcome (granted, extended, hot, revoking, refused, uncached, unconfirmed)."), []string{"collection", "outcome"}),
 		RevokesSent: f.NewCounterVec(opts("revocations_sent_total", "Writes that found other sidecars holding leases and sent them revocations, by collection."), coll),
 		RevokesRecv: f.NewCounterVec(opts("revocations_received_total", "Revocations this sidecar received and answered, by collection."), coll),
 		WriteWait: f.NewHistogramVec(prometheus.HistogramOpts{

@@ -252,6 +252,16 @@ func (c *Cache) Due(window time.Duration, max int, dst []string) []string {
 	return dst
 }
 
+// Peek returns the key's copy, servable or not, without counting a read:
+// the holder's view when it renews the copy's lease.
+func (c *Cache) Peek(key string) (*Entry, bool) {
+	cur, ok := c.c.GetEntryQuietly(key)
+	if !ok || cur.Value.hot {
+		return nil, false
+	}
+	return cur.Value, true
+}
+
 // Ticket is taken before the lease request for key is sent.
 func (c *Cache) Ticket(key string) Ticket {
 	return Ticket{key: key, epoch: c.stripe(key).epoch.Load()}

@@ -113,6 +113,12 @@ func NewCore(ctx context.Context, cfg *config.Config, reg prometheus.Registerer,
 		colls[name] = &document.Collection{Name: name, Policy: document.Policy(cc.Policy), TTL: cc.CacheTTL.Duration, StoreName: cc.Store, Store: st, Table: t}
 		if nc := cc.NearCache; cfg.Writeback.NearCacheOn() && nc.MaxBytes > 0 {
 			colls[name].Near = &document.NearCache{MaxBytes: int64(nc.MaxBytes), LeaseTTL: nc.LeaseTTL.Duration, HotWindow: nc.HotWindow.Duration}
+			// Only with the near cache: a hit then reads the listed
+			// documents from it, with no round trip after the tokens'.
+			// Without it a hit costs a second round trip in place of the
+			// store's query, and the near cache off keeps the scans as
+			// they were.
+			colls[name].ScanCache = cc.ScanCache
 		}
 		applied[name] = &bgt.Collection{Name: name, StoreName: cc.Store, Store: st, Table: t}
 		s.m.InitCollection(name)
