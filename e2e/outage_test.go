@@ -14,47 +14,41 @@ import (
 )
 
 // proxy forwards TCP connections to a server and can cut them all, as a
-// network partition or a database restart would.
+// network partition or a database restart would. It keeps its port while
+// cut (it accepts and closes at once, as a server going down does): a port
+// let go could be handed to another connection meanwhile, and the restore
+// would fail to listen on it again.
 type proxy struct {
 	addr, upstream string
-	mu             sync.Mutex // guards ln, conns
 	ln             net.Listener
+	mu             sync.Mutex // guards down, conns
+	down           bool
 	conns          []net.Conn
 }
 
 func newProxy(t *testing.T, upstream string) *proxy {
 	t.Helper()
-	p := &proxy{addr: freeAddr(t), upstream: upstream}
-	p.restore(t)
-	t.Cleanup(p.cut)
-	return p
-}
-
-// proxyStore puts a proxy the test can cut between the sidecars it starts
-// from now on and database db ("pg" or "maria").
-func (e *env) proxyStore(db string) *proxy {
-	e.t.Helper()
-	upstream := map[string]string{"pg": "127.0.0.1:5432", "maria": "127.0.0.1:3306"}[db]
-	px := newProxy(e.t, upstream)
-	e.dsns[db] = strings.Replace(e.dsns[db], upstream, px.addr, 1)
-	return px
-}
-
-// restore listens again and forwards new connections.
-func (p *proxy) restore(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
+	p := &proxy{addr: ln.Addr().String(), upstream: upstream, ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			down := p.down
+			p.mu.Unlock()
+			if down {
+				c.Close()
+				continue
 			}
 			u, err := net.Dial("tcp", p.upstream)
 			if err != nil {
@@ -68,16 +62,33 @@ func (p *proxy) restore(t *testing.T) {
 			go func() { _, _ = io.Copy(c, u); c.Close() }()
 		}
 	}()
+	return p
 }
 
-// cut stops listening and breaks every forwarded connection.
+// proxyStore puts a proxy the test can cut between the sidecars it starts
+// from now on and database db ("pg" or "maria").
+func (e *env) proxyStore(db string) *proxy {
+	e.t.Helper()
+	upstream := map[string]string{"pg": "127.0.0.1:5432", "maria": "127.0.0.1:3306"}[db]
+	px := newProxy(e.t, upstream)
+	e.dsns[db] = strings.Replace(e.dsns[db], upstream, px.addr, 1)
+	return px
+}
+
+// restore forwards new connections again.
+func (p *proxy) restore(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// cut breaks every forwarded connection and refuses new ones (closes them
+// once accepted) until restore.
 func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
+	p.down = true
 	for _, c := range p.conns {
 		c.Close()
 	}

@@ -34,7 +34,7 @@ func (b *Buffer) Reject(ctx context.Context, coll, id string, lastSeq int64, dl 
 		}
 		rec = string(bs)
 	}
-	keys := []string{b.pendingKey(part), b.statsKey(part), b.bwKey(part, m), b.cacheKey(part, m), b.deadKey(part), b.ileaseKey(part, m), b.membersKey(part)}
+	keys := []string{b.pendingKey(part), b.statsKey(part), b.bwKey(part, m), b.cacheKey(part, m), b.deadKey(part), b.ileaseKey(part, m), b.membersKey(part), b.leaseKey(part, m)}
 	n, err := deadScript.Run(ctx, b.rdb, keys, m, lastSeq, rec, b.MaxDeadLetters).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("buffer: reject: %w", err)

@@ -164,7 +164,10 @@ return 1
 // the document's value. The field then names the new generation (new), so
 // that a release of the old one, in flight, does not take the extension
 // away. Refused, like a grant, while the document is hot or a writer waits
-// for its holders.
+// for its holders; refused too once the lease expired: a write may then
+// have gone ahead without waiting for this holder, and although it deletes
+// the record, a Redis that went back to an older snapshot may show the
+// field again.
 //
 // KEYS: 1 lease record, 2 hot mark. ARGV: 1 holder, 2 old generation,
 // 3 new generation, 4 lease lifetime ms. Returns 0 when the field is gone
@@ -177,9 +180,11 @@ local c = string.find(cur, ':', 1, true)
 if string.sub(cur, c + 1) ~= ARGV[2] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
 local now = now_ms()
+local was = tonumber(string.sub(cur, 1, c - 1))
+if was <= now then return 0 end
 local x = redis.call('HGET', KEYS[1], 'x')
 if x and tonumber(x) > now then return 3 end
-local exp = math.max(now + tonumber(ARGV[4]), tonumber(string.sub(cur, 1, c - 1)))
+local exp = math.max(now + tonumber(ARGV[4]), was)
 redis.call('HSET', KEYS[1], ARGV[1], exp .. ':' .. ARGV[3])
 return 1
 `)

@@ -9,9 +9,10 @@ import (
 	"github.com/writeback/writeback/internal/change"
 )
 
-// An extension keeps a lease only while it is still the copy's: a write in
-// between (by another sidecar or by the holder itself), a release, a hot
-// mark or a waiting writer refuse it, and it moves the field to the new
+// An extension keeps a lease only while it is still the copy's and live: a
+// write in between (by another sidecar or by the holder itself), a change
+// the store rejected, a release, expiry, a hot mark or a waiting writer
+// refuse it, and it moves the field to the new
 // generation, so that a release of the old one no longer takes it away.
 func TestExtendLeases(t *testing.T) {
 	ctx, s := context.Background(), schema(t)
@@ -47,7 +48,7 @@ func TestExtendLeases(t *testing.T) {
 		v, _ := holder.rdb.HGet(ctx, holder.LeaseRecord("c", id), "holder").Result()
 		return v
 	}
-	for id := range 7 {
+	for id := range 9 {
 		ttl := time.Second
 		if id == 1 || id == 6 {
 			ttl = 20 * time.Millisecond // expired by the time it is extended
@@ -75,9 +76,10 @@ func TestExtendLeases(t *testing.T) {
 		t.Fatalf("a release of the old generation took the extension away (%v)", err)
 	}
 
-	// A lease that expired unwritten still names the copy's value.
-	if got := extend("6", 1, 10); got != LeaseGranted {
-		t.Fatalf("extension of an expired lease on a document nobody wrote: %v, want granted", got)
+	// An expired lease is not extended, even on a document nobody wrote:
+	// a write may have gone ahead without waiting for the holder.
+	if got := extend("6", 1, 10); got != 0 {
+		t.Fatalf("extension of an expired lease: %v, want 0", got)
 	}
 	// Another sidecar's write drops the holders' fields before it is
 	// visible (here the holder's lease had expired), so the copy's value
@@ -109,6 +111,23 @@ func TestExtendLeases(t *testing.T) {
 	}
 	if got := extend("4", 1, 7); got != LeaseHot {
 		t.Fatalf("extension of a hot document: %v, want hot", got)
+	}
+	// A change the store rejected for good leaves the document with the
+	// store's value: the holder's copy, which may contain the change, is
+	// not extended.
+	if _, err := holder.Reject(ctx, "c", "7", 1<<62, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := extend("7", 1, 11); got != 0 {
+		t.Fatalf("extension after a rejected change: %v, want 0", got)
+	}
+	// A write that waits for no holder (a sidecar without the near cache)
+	// still takes the lease's name away.
+	if got := put(other, "8", 1, WriteOptions{}); got != Buffered {
+		t.Fatalf("write without the near cache: %v", got)
+	}
+	if got := extend("8", 1, 12); got != 0 {
+		t.Fatalf("extension after a write without the near cache: %v, want 0", got)
 	}
 	// Released: nothing to extend.
 	if err := holder.ReleaseLease(ctx, holder.LeaseRecord("c", "5"), 1, ""); err != nil {

@@ -222,6 +222,13 @@ local function write(pending, seqk, ck, bw, il, a, z)
     local r
     r, hotkey = near_check(pending, ck, hotms)
     if r then return r end
+  else
+    -- A write that does not wait for holders (its sidecar runs without
+    -- this collection's near cache, against the deployment's rule) still
+    -- leaves no lease naming the value it replaces: a holder's renewal
+    -- reads the document again rather than extend its copy's lease
+    -- (extendScript), so a stale copy lasts at most one lease.
+    redis.call('DEL', string.sub(pending, 1, #pending - 7) .. 'l:' .. string.sub(ck, #pending - 4))
   end
   local nbase = 0
   if ARGV[a + 4] ~= '-' then nbase = tonumber(ARGV[a + 4]) end
@@ -509,15 +516,19 @@ return total
 
 // deadScript moves a prefix the store rejected for good to the partition's
 // dead-letter list, and drops the document's cache entry, which contains
-// the rejected changes.
+// the rejected changes, and its near-cache lease record: a holder's copy
+// may contain them too, and a lease record that still named the copy would
+// let the holder extend its lease on it (extendScript) instead of reading
+// the document again.
 //
 // KEYS: 1 pending index, 2 stats, 3 buffered write, 4 cache entry, 5 dead
-// letters, 6 I leases, 7 membership token. ARGV: 1 member, 2 last seq, 3 dead-letter record ("" to drop
-// without a record), 4 the most records the partition keeps (0: no cap).
-// Returns how many entries it removed.
+// letters, 6 I leases, 7 membership token, 8 lease record. ARGV: 1 member,
+// 2 last seq, 3 dead-letter record ("" to drop without a record), 4 the
+// most records the partition keeps (0: no cap). Returns how many entries
+// it removed.
 var deadScript = redis.NewScript(luaEntry + luaPop + `
 local n = pop_prefix(KEYS[3], KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]))
-redis.call('DEL', KEYS[4])
+redis.call('DEL', KEYS[4], KEYS[8])
 -- A reader that missed while the rejected change was buffered computed a
 -- value containing it: void its I lease so that it cannot install it.
 redis.call('DEL', KEYS[6])

@@ -301,7 +301,13 @@ func (s *Service) acknowledge(ctx context.Context, r Ref, seq int64, pol Policy)
 	}
 	if err := s.app.ApplyDoc(ctx, r.Coll.Name, r.ID, seq); err != nil {
 		if store.IsPermanent(err) {
-			return 0, &StoreError{Err: err} // rejected: a dead letter now
+			// Rejected: a dead letter now, and the document holds the
+			// store's value again; this sidecar's copy, installed from
+			// the write, goes (the dead letter dropped its lease record).
+			if r.Coll.near != nil {
+				r.Coll.near.cache.Revoke(r.ID)
+			}
+			return 0, &StoreError{Err: err}
 		}
 		return 0, &StoreError{Err: err, Buffered: seq}
 	}
