@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -32,6 +33,10 @@ type myStore struct {
 	// tables caches what Scan and Apply need to know of a table beyond
 	// its Table; Describe refreshes it.
 	tables sync.Map // table name → myTableInfo
+
+	// stepwise counts the session batches applied the stepwise way
+	// (ApplySessions), for tests.
+	stepwise atomic.Int64
 }
 
 // myTableInfo is what the store must know of a table besides its columns.

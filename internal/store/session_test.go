@@ -221,18 +221,61 @@ func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
 		}
 		s1, s2 := move(1, "3"), move(2, "4")
 		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID, s2.ID}) })
-		require.True(t, my.applySessionsPacket(t.Context(), []Session{s1, s2}), "a fresh batch goes in one packet")
+		ok, err := my.applySessionsPacket(t.Context(), []Session{s1, s2})
+		require.True(t, ok && err == nil, "a fresh batch goes in one packet (%v)", err)
 		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl))
 
 		s3 := move(3, "1")
 		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s3.ID}) })
-		require.False(t, my.applySessionsPacket(t.Context(), []Session{s2, s3}), "a batch with an applied session")
-		require.False(t, my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")}), "a batch the CHECK refuses")
+		ok, err = my.applySessionsPacket(t.Context(), []Session{s2, s3})
+		require.False(t, ok || err != nil, "a batch with an applied session (%v)", err)
+		ok, err = my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")})
+		require.False(t, ok || err != nil, "a batch the CHECK refuses (%v)", err)
 		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl), "a refused packet left something behind")
 		applied, err := ss.ApplySessions(t.Context(), []Session{s2, s3})
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, true}, applied)
 		require.Equal(t, map[int64]string{1: "2.00", 2: "8.00"}, h.balances(t, tbl))
+	})
+}
+
+// On MySQL two batches that change the same rows in opposite orders
+// deadlock; the one InnoDB picks is run again as a packet, not statement
+// by statement (a round trip each), and both apply exactly once.
+func TestApplySessionsDeadlockRerunsPacketOnMySQL(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		my, ok := h.s.(*myStore)
+		if !ok {
+			return
+		}
+		ss := sessionStore(t, h)
+		tbl := h.table(t, accountDDL)
+		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 10), (2, 10)")
+		upd := "UPDATE " + tbl + " SET bal = bal + ? WHERE id = ?"
+		// Each takes its first row, waits for the other to take its own,
+		// then asks for the other's.
+		cross := func(seq int64, first, second string) Session {
+			return Session{ID: newSessionID(t), Queue: "q/" + first, Seq: seq, Statements: []Statement{
+				{SQL: upd, Args: args("1", first)}, {SQL: "DO SLEEP(0.3)"}, {SQL: upd, Args: args("1", second)},
+			}}
+		}
+		a, b := cross(1, "1", "2"), cross(1, "2", "1")
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{a.ID, b.ID}) })
+		before := my.stepwise.Load()
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, batch := range []Session{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = ss.ApplySessions(t.Context(), []Session{batch})
+			}()
+		}
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		require.Equal(t, map[int64]string{1: "12.00", 2: "12.00"}, h.balances(t, tbl), "each batch applied exactly once")
+		require.Equal(t, before, my.stepwise.Load(), "a deadlocked batch went the stepwise way")
 	})
 }
 
