@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/writeback/writeback/internal/document"
-	"github.com/writeback/writeback/pkg/client"
 )
 
 // MaxManyIDs bounds the documents of one multi-read.
@@ -45,7 +44,6 @@ func (h *Handler) getMany(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := client.ManyResult{Docs: docs}
-	writeJSON(w, http.StatusOK, out)
+	writeDocs(w, docs)
 	return nil
 }
