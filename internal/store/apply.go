@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/jitter"
 )
 
 // docKey identifies an applied record.
@@ -235,8 +237,13 @@ func putRow(t *Table, id string, doc change.Doc) ([]string, []any, error) {
 // maxAttempts bounds how often Apply reruns a transaction the database
 // aborted to break a deadlock or a serialization conflict. Locking in one
 // order makes those rare; they can still come from other writers of the
-// same tables, and rerunning the whole transaction is always safe.
-const maxAttempts = 4
+// same tables (and, on InnoDB, from the gap locks of inserts into the
+// same index range), and rerunning the whole transaction is always safe.
+const maxAttempts = 6
+
+// retryBackoff is the first pause before a rerun: the transactions that
+// collided rerun at random points of a doubling window, not in lockstep.
+const retryBackoff = 2 * time.Millisecond
 
 // retryTx runs tx until it succeeds, fails for another reason than a
 // deadlock or a serialization failure (retryable), or maxAttempts is reached.
@@ -246,6 +253,7 @@ func retryTx[T any](retryable func(error) bool, tx func() (T, error)) (T, error)
 		if err == nil || attempt == maxAttempts || !retryable(err) {
 			return v, err
 		}
+		time.Sleep(jitter.Backoff(retryBackoff, 50*time.Millisecond, attempt))
 	}
 }
 
