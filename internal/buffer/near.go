@@ -40,9 +40,14 @@ const Leased Outcome = Overflow + 1
 // writeScript. It runs before the write touches anything.
 var luaNearCheck = fmt.Sprintf("local LEASED = %d\n", replyLeased) + `
 local near_waiting = false -- near_check found a writer waiting for holders
+-- near_keys returns a document's partition tag and member from its
+-- partition's pending index ("<tag>pending") and its cache entry
+-- ("<tag>c:<member>"); its lease record is tag .. 'l:' .. member.
+local function near_keys(pending, ck)
+  return string.sub(pending, 1, #pending - 7), string.sub(ck, #pending - 4)
+end
 local function near_check(pending, ck, hot)
-  local tag = string.sub(pending, 1, #pending - 7)
-  local member = string.sub(ck, #pending - 4)
+  local tag, member = near_keys(pending, ck)
   local lk = tag .. 'l:' .. member
   near_waiting = false
   local hs = redis.call('HGETALL', lk)
@@ -90,8 +95,7 @@ end
 -- holder, so the record holds no field of this holder's older grants.
 local function near_grant(pending, ck, gen, ttl)
   if near_waiting then return nil end
-  local tag = string.sub(pending, 1, #pending - 7)
-  local member = string.sub(ck, #pending - 4)
+  local tag, member = near_keys(pending, ck)
   if redis.call('EXISTS', tag .. 'h:' .. member) == 1 then return nil end
   local h = redis.call('HGETALL', ck)
   if #h == 0 then return nil end

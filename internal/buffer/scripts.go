@@ -228,7 +228,8 @@ local function write(pending, seqk, ck, bw, il, a, z)
     -- leaves no lease naming the value it replaces: a holder's renewal
     -- reads the document again rather than extend its copy's lease
     -- (extendScript), so a stale copy lasts at most one lease.
-    redis.call('DEL', string.sub(pending, 1, #pending - 7) .. 'l:' .. string.sub(ck, #pending - 4))
+    local tag, member = near_keys(pending, ck)
+    redis.call('DEL', tag .. 'l:' .. member)
   end
   local nbase = 0
   if ARGV[a + 4] ~= '-' then nbase = tonumber(ARGV[a + 4]) end
