@@ -74,10 +74,23 @@ func Pick(parts []int, lists [][]string, limit int) []buffer.DocRef {
 	return out
 }
 
-// ApplyRound applies one batch drawn from the given partitions: up to
-// BatchSize pending documents and their buffered writes, in one transaction
-// per store, then trims what was applied. full reports that more documents
-// were pending than the round took.
+// maxPipelined bounds the batches one ApplyRound applies back to back while
+// its partitions have more pending: enough to keep the store busy through a
+// backlog, few enough that one round does not hold its partitions (and its
+// worker) for long.
+const maxPipelined = 8
+
+// ApplyRound applies the pending documents of the given partitions in
+// batches: up to BatchSize documents and their buffered writes, in one
+// transaction per store, each trimmed once applied. While a batch is in its
+// store, the round trims the previous one and reads the next (pipelining:
+// the store is never idle waiting on Redis), for as long as more documents
+// are pending, up to maxPipelined batches and well within ctx's deadline.
+// The partitions stay locked throughout, so no batch is read across a
+// release of their lock (a MongoDB store relies on that lock for each
+// document's order), and a batch never holds a document of the batch still
+// in the store. full reports that more documents were pending than the
+// round took.
 func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, full bool, err error) {
 	locked := slices.Clone(parts)
 	slices.Sort(locked)
@@ -90,59 +103,133 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 			a.parts[p].Unlock()
 		}
 	}()
-	// Read past documents of collections this sidecar does not serve (a
-	// collection removed from the config while it had pending writes; or
-	// another deployment's): they must not hide the ones it does serve.
+	start := time.Now()
 	size, perDoc := a.roundSize(a.divisor(parts...))
-	lists, err := a.buf.PendingDocs(ctx, parts, 2*size)
-	if err != nil {
+	b, err := a.readBatch(ctx, parts, size, perDoc, nil)
+	if err != nil || b == nil {
 		return 0, false, err
 	}
+	fails := a.failed(parts) + 1
+	var trim []buffer.Applied // the previous batch's, applied
+	for n := 1; ; n++ {
+		type outcome struct {
+			applied int
+			done    []buffer.Applied
+			err     error
+		}
+		out := make(chan outcome, 1)
+		go func(b *batch) {
+			var o outcome
+			o.applied, o.done, o.err = a.applyBatch(ctx, b, fails)
+			out <- o
+		}(b)
+		var next *batch
+		_, rerr := a.buf.Trim(ctx, trim)
+		if rerr == nil && b.full && n < maxPipelined && a.roomFor(ctx, start, n) {
+			next, rerr = a.readBatch(ctx, parts, size, perDoc, b.members)
+		}
+		o := <-out
+		applied += o.applied
+		fault.Hit(fault.AfterCommit)
+		if o.err != nil || rerr != nil || next == nil {
+			if _, err := a.buf.Trim(ctx, o.done); err != nil {
+				return applied, false, err
+			}
+			switch {
+			case o.err != nil:
+				return applied, false, o.err
+			case rerr != nil:
+				return applied, false, rerr
+			}
+			return applied, b.full, nil
+		}
+		trim, b = o.done, next
+	}
+}
+
+// roomFor reports whether a round that started at start and applied n
+// batches has time for one more before ctx's deadline: twice the average
+// batch's time.
+func (a *Applier) roomFor(ctx context.Context, start time.Time, n int) bool {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return true
+	}
+	return time.Until(deadline) > 2*time.Since(start)/time.Duration(n)
+}
+
+// batch is what one transaction per store applies: the documents read
+// from the pending index and their changes, grouped by store.
+type batch struct {
+	groups  map[string][]store.Write
+	done    []buffer.Applied // documents drained meanwhile: unindex
+	members map[buffer.DocRef]bool
+	full    bool // more documents were pending than the batch took
+}
+
+// readBatch reads up to size pending documents of parts, skipping those in
+// skip (the batch in the store), and up to perDoc changes of each; nil when
+// none is pending.
+func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, skip map[buffer.DocRef]bool) (*batch, error) {
+	// Read past documents of collections this sidecar does not serve (a
+	// collection removed from the config while it had pending writes; or
+	// another deployment's) and those of the batch in the store: they must
+	// not hide the others.
+	lists, err := a.buf.PendingDocs(ctx, parts, 2*size+len(skip))
+	if err != nil {
+		return nil, err
+	}
+	unknown := 0
 	for i, l := range lists {
 		kept := l[:0]
 		for _, m := range l {
+			if skip[buffer.DocRef{Part: parts[i], Member: m}] {
+				continue
+			}
 			if coll, _ := buffer.SplitMember(m); a.colls[coll] != nil {
 				kept = append(kept, m)
+			} else {
+				unknown++
 			}
-		}
-		if len(kept) < len(l) {
-			a.warnUnknown(len(l) - len(kept))
 		}
 		lists[i] = kept
 	}
+	if unknown > 0 {
+		a.warnUnknown(unknown)
+	}
 	refs := Pick(parts, lists, size)
 	if len(refs) == 0 {
-		return 0, false, nil
+		return nil, nil
 	}
+	b := &batch{groups: map[string][]store.Write{}, members: make(map[buffer.DocRef]bool, len(refs))}
 	for _, l := range lists {
-		full = full || len(l) >= size
+		b.full = b.full || len(l) >= size
 	}
-	full = full || len(refs) == size
+	b.full = b.full || len(refs) == size
 	changes, err := a.buf.Changes(ctx, refs, perDoc)
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
-	groups := map[string][]store.Write{}
-	var done []buffer.Applied
 	for i, r := range refs {
+		b.members[r] = true
 		coll, id := buffer.SplitMember(r.Member)
 		c := a.colls[coll]
-		if c == nil {
-			// Buffered under a collection this sidecar is not configured
-			// for: leave it to a sidecar that is.
-			continue
-		}
 		if len(changes[i]) == 0 {
-			done = append(done, buffer.Applied{DocRef: r}) // drained meanwhile: unindex
+			b.done = append(b.done, buffer.Applied{DocRef: r}) // drained meanwhile: unindex
 			continue
 		}
-		groups[c.StoreName] = append(groups[c.StoreName], store.Write{
+		b.groups[c.StoreName] = append(b.groups[c.StoreName], store.Write{
 			Collection: coll, Table: c.Table, ID: id, Partition: r.Part, Changes: changes[i],
 		})
 	}
-	fails := a.failed(parts) + 1
-	var firstErr error
-	for name, writes := range groups {
+	return b, nil
+}
+
+// applyBatch applies b, one transaction per store, and returns what to
+// trim: even when a store failed, what the others applied.
+func (a *Applier) applyBatch(ctx context.Context, b *batch, fails int) (applied int, done []buffer.Applied, firstErr error) {
+	done = b.done
+	for name, writes := range b.groups {
 		n, d, err := a.applyWrites(ctx, name, writes, fails)
 		applied += n
 		done = append(done, d...)
@@ -150,11 +237,7 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 			firstErr = err
 		}
 	}
-	fault.Hit(fault.AfterCommit)
-	if _, err := a.buf.Trim(ctx, done); err != nil {
-		return applied, false, err
-	}
-	return applied, full, firstErr
+	return applied, done, firstErr
 }
 
 // warnUnknown logs, at most once a minute, that pending documents belong to

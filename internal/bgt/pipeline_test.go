@@ -1,0 +1,137 @@
+package bgt
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/store"
+)
+
+// batchLog is a store that records the documents of each Apply and, on
+// the first Apply of each document, buffers a new write of it while the
+// batch is in the store.
+type batchLog struct {
+	store.Store
+	during func(ids []string) // called inside Apply, before the store's
+
+	mu      sync.Mutex
+	batches [][]string
+	seen    map[string]bool
+}
+
+func (s *batchLog) Apply(ctx context.Context, writes []store.Write) ([]store.Result, error) {
+	ids := make([]string, len(writes))
+	var fresh []string
+	s.mu.Lock()
+	for i, w := range writes {
+		ids[i] = w.ID
+		if !s.seen[w.ID] {
+			s.seen[w.ID] = true
+			fresh = append(fresh, w.ID)
+		}
+	}
+	s.batches = append(s.batches, ids)
+	s.mu.Unlock()
+	s.during(fresh)
+	return s.Store.Apply(ctx, writes)
+}
+
+// A round applies a backlog in batches back to back, reading the next one
+// while the store holds the current: every batch is at most BatchSize
+// documents, never holds a document of the batch before it (whose changes
+// are still buffered: that would apply them twice, or out of order), and
+// the writes buffered while a document's batch was in the store are
+// applied after it, in order.
+func TestApplyRoundPipelines(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	part := w.buf.Partition(w.coll, "0")
+	var ids []string
+	for i := 0; len(ids) < 5*16; i++ {
+		if id := strconv.Itoa(i); w.buf.Partition(w.coll, id) == part {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		w.put(t, id, 1)
+	}
+	tbl, err := w.st.Describe(ctx, w.table, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var putErr error // the first of the writes during the batches
+	log := &batchLog{Store: w.st, seen: map[string]bool{}}
+	log.during = func(fresh []string) {
+		for _, id := range fresh {
+			c, err := change.ParsePut(tbl.Schema, id, []byte(`{"n":2}`))
+			if err == nil {
+				_, _, err = w.buf.Write(ctx, w.coll, id, c, tbl.Schema, buffer.WriteOptions{TTL: time.Minute})
+			}
+			if err != nil && putErr == nil {
+				putErr = err
+			}
+		}
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	app := New(Config{InstanceID: "t", Workers: 1, BatchSize: 16, MaxPerDoc: 4},
+		w.buf, map[string]*Collection{w.coll: {Name: w.coll, StoreName: "pg", Store: log, Table: tbl}},
+		m, slog.New(slog.DiscardHandler))
+
+	applied, full, err := app.ApplyRound(ctx, []int{part})
+	if err != nil || putErr != nil {
+		t.Fatal(err, putErr)
+	}
+	// 80 documents, then the 80 written again during their batches: ten
+	// batches of 16, eight of them in this round.
+	if len(log.batches) != maxPipelined || applied != maxPipelined*16 || !full {
+		t.Fatalf("one round: %d batches, %d changes applied, full %v; want %d, %d, true", len(log.batches), applied, full, maxPipelined, maxPipelined*16)
+	}
+	for {
+		n, full, err := app.ApplyRound(ctx, []int{part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if applied += n; !full {
+			break
+		}
+	}
+	if want := 2 * len(ids); applied != want {
+		t.Fatalf("applied %d changes, want %d", applied, want)
+	}
+	for i, b := range log.batches {
+		if len(b) > 16 {
+			t.Fatalf("batch %d has %d documents", i, len(b))
+		}
+		if i == 0 {
+			continue
+		}
+		prev := map[string]bool{}
+		for _, id := range log.batches[i-1] {
+			prev[id] = true
+		}
+		for _, id := range b {
+			if prev[id] {
+				t.Fatalf("batch %d holds document %s of the batch before it: %v, %v", i, id, log.batches[i-1], b)
+			}
+		}
+	}
+	if n := testutil.ToFloat64(m.DuplicatesSkipped); n != 0 {
+		t.Fatalf("%v changes applied twice", n)
+	}
+	for _, id := range ids {
+		got, _, err := w.st.Read(ctx, tbl, w.coll, id)
+		if err != nil || string(got["n"]) != "2" {
+			t.Fatalf("row %s: %s, %v; want n 2", id, got, err)
+		}
+	}
+}
