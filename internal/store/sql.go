@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/writeback/writeback/internal/change"
 )
@@ -259,6 +260,9 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 	}
 	switch c.Type {
 	case change.TypeText, change.TypeOther:
+		if str, ok := plainJSONString(v); ok {
+			return str, nil
+		}
 		var str string
 		if err := json.Unmarshal(v, &str); err != nil {
 			return nil, permanentf("store: field %q must be a JSON string, not %.40s", c.Name, s)
@@ -282,6 +286,23 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 		}
 	}
 	return s, nil
+}
+
+// plainJSONString returns the string a JSON string literal without
+// escapes holds — most values: the quotes stripped — and false for
+// anything else (escapes, control characters, invalid UTF-8, not a
+// string), which json.Unmarshal then decodes or refuses.
+func plainJSONString(v json.RawMessage) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	body := v[1 : len(v)-1]
+	for _, c := range body {
+		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return "", false
+		}
+	}
+	return string(body), true
 }
 
 // incArg converts one $inc amount into an argument of the column's numeric
