@@ -53,24 +53,26 @@ func (s *Service) renewer(c *Collection) {
 		case <-s.near.stop:
 			return
 		}
-		for due := false; ; due = true {
-			if len(ids) == 0 {
-				ids = c.near.cache.Due(window, maxRenew, ids)
-				due = true
-			}
-			if len(ids) == 0 {
-				break
-			}
+		// ids holds documents just written (read again) or nothing; then
+		// the due copies, until none is left, are extended, and those that
+		// cannot be are read again.
+		for {
+			due := len(ids) == 0
 			if due {
+				if ids = c.near.cache.Due(window, maxRenew, ids); len(ids) == 0 {
+					break
+				}
 				ids = s.extend(c, ids)
 			}
-			refs, is = refs[:0], is[:0]
-			for i, id := range ids {
-				refs, is = append(refs, Ref{Coll: c, ID: id}), append(is, i)
+			if len(ids) > 0 {
+				refs, is = refs[:0], is[:0]
+				for i, id := range ids {
+					refs, is = append(refs, Ref{Coll: c, ID: id}), append(is, i)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				s.leaseMany(ctx, refs, is, func(int, *nearcache.Entry, Hash, error) {}, false, true)
+				cancel()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			s.leaseMany(ctx, refs, is, func(int, *nearcache.Entry, Hash, error) {}, false, true)
-			cancel()
 			ids = ids[:0]
 		}
 	}
