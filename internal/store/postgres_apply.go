@@ -98,6 +98,19 @@ const pgWriteRecordsSQL = `WITH w AS (INSERT INTO ` + AppliedTable + ` AS a (col
 	RETURNING 1)
 SELECT 1 / ((SELECT count(*) FROM w) = $5)::int`
 
+// pgWriteOnesRecordsSQL is pgWriteRecordsSQL for a batch whose writes have
+// one change each, the usual case: the first change is the last, so the
+// WHERE needs no search of the first changes' arrays (a subquery per
+// conflicting record).
+const pgWriteOnesRecordsSQL = `WITH w AS (INSERT INTO ` + AppliedTable + ` AS a (collection, id, part, seq)
+	SELECT u.c, u.i, u.p, u.s
+	FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS u(c, i, p, s, n)
+	ORDER BY u.n
+	ON CONFLICT (collection, id) DO UPDATE SET part = EXCLUDED.part, seq = EXCLUDED.seq
+	WHERE a.seq < EXCLUDED.seq
+	RETURNING 1)
+SELECT 1 / ((SELECT count(*) FROM w) = $5)::int`
+
 func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -168,7 +181,11 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 			}
 		}
 		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLockRecords
-		batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, len(ids), mcols, mids, mfirsts)
+		if len(mcols) == 0 {
+			batch.Queue(pgWriteOnesRecordsSQL, cols, ids, parts, seqs, len(ids))
+		} else {
+			batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, len(ids), mcols, mids, mfirsts)
+		}
 	}
 	var deletes []*query
 	for _, g := range plan.deletes {
@@ -222,9 +239,14 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 			return nil, wrapErr("apply", err, pgPermanent)
 		}
 	}
-	for _, g := range plan.patches {
-		if err := pgReadPatched(br, g, plan.results); err != nil {
+	var short []int // the patch groups that found fewer rows than they name
+	for i, g := range plan.patches {
+		tag, err := br.Exec()
+		if err != nil {
 			return nil, wrapErr("apply", err, pgPermanent)
+		}
+		if tag.RowsAffected() < int64(len(g.ids)) {
+			short = append(short, i)
 		}
 	}
 	for range puts {
@@ -248,16 +270,21 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 	if err := br.Close(); err != nil {
 		return nil, wrapErr("apply: commit", err, pgPermanent)
 	}
+	for _, i := range short {
+		if err := pgMarkMissing(ctx, conn, plan.patches[i], casts[i], plan.results); err != nil {
+			return nil, wrapErr("apply: find the rows a patch missed", err, pgPermanent)
+		}
+	}
 	return plan.results, nil
 }
 
 // pgPatchQuery is the one statement of a patch group: an UPDATE joined
-// with the group's rows, sent as one array per value column, whose
-// RETURNING names the rows it found.
+// with the group's rows, sent as one array per value column. Its row count
+// tells whether it found every row (see pgMarkMissing).
 //
 //	UPDATE t SET a = v.v1::<a's type>, n = COALESCE(t.n, 0) + v.v2
 //	FROM unnest($1::text[], $2::text[], $3::int8[]) AS v(k, v1, v2)
-//	WHERE t.key = v.k::<key's type> RETURNING v.k
+//	WHERE t.key = v.k::<key's type>
 //
 // Values to set travel as text, as in every other statement of the store,
 // and the typed cast does what inferring an untyped parameter's type from
@@ -267,10 +294,7 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 // statement's amounts, so that the database adds exactly as it did.
 func pgPatchQuery(g *patchGroup, casts map[string]string) (*query, error) {
 	d := pgDialect{}
-	keyType := "int8" // as keyParam: an id beyond an int4 key's range finds no row
-	if g.t.Schema.KeyType() != change.TypeInt {
-		keyType = casts[g.t.Schema.Key]
-	}
+	keyType := pgKeyCast(g.t, casts)
 	for _, c := range append([]string{g.t.Schema.Key}, colNames(g.cols)...) {
 		if casts[c] == "" {
 			return nil, fmt.Errorf("store: %s has no column %q in the database", g.t.Name, c)
@@ -320,8 +344,18 @@ func pgPatchQuery(g *patchGroup, casts map[string]string) (*query, error) {
 		}
 		q.add(q.arg(a), "::", types[i])
 	}
-	q.add(") AS v(", strings.Join(names, ", "), ") WHERE t.", d.ident(g.t.Schema.Key), " = v.k::", keyType, " RETURNING v.k")
+	q.add(") AS v(", strings.Join(names, ", "), ") WHERE t.", d.ident(g.t.Schema.Key), " = v.k::", keyType)
 	return q, nil
+}
+
+// pgKeyCast is the type a patch group's statement casts its keys to:
+// int8 for an integer key, as keyParam (an id beyond an int4 key's range
+// finds no row), else the key column's own.
+func pgKeyCast(t *Table, casts map[string]string) string {
+	if t.Schema.KeyType() == change.TypeInt {
+		return "int8"
+	}
+	return casts[t.Schema.Key]
 }
 
 // column returns the i-th value of each row.
@@ -341,23 +375,30 @@ func colNames(cols []patchCol) []string {
 	return out
 }
 
-// pgReadPatched reads the keys a patch group's statement returned, and
-// marks the rows it did not find Missing.
-func pgReadPatched(br pgx.BatchResults, g *patchGroup, results []Result) error {
-	rows, err := br.Query()
+// pgMarkMissing marks Missing the rows of a patch group that its
+// statement did not find (its row count was short): those of its keys
+// that name no row, read after the commit. A patch of a missing row changes
+// nothing, and Missing only says so in the applier's log: a row inserted
+// in between, whose patch found nothing, is not reported.
+func pgMarkMissing(ctx context.Context, conn *pgx.Conn, g *patchGroup, casts map[string]string, results []Result) error {
+	d := pgDialect{}
+	// The join of the patch statement, negated: the keys naming no row.
+	q := "SELECT v.k FROM unnest($1::text[]) AS v(k) WHERE NOT EXISTS (SELECT 1 FROM " + quoteTable(d, g.t.Name) +
+		" AS t WHERE t." + d.ident(g.t.Schema.Key) + " = v.k::" + pgKeyCast(g.t, casts) + ")"
+	rows, err := conn.Query(ctx, q, g.ids)
 	if err != nil {
 		return err
 	}
-	found := make(map[string]bool, len(g.ids))
+	missing := make(map[string]bool)
 	var k string
 	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
-		found[k] = true
+		missing[k] = true
 		return nil
 	}); err != nil {
 		return err
 	}
 	for r, id := range g.ids {
-		if !found[id] {
+		if missing[id] {
 			results[g.writes[r]].Missing = true
 		}
 	}
