@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,9 @@ type Config struct {
 // than twice the longest request (api.RequestTimeout, 30 s) and batch.
 const MinCompactEvery = 2 * time.Minute
 
-// batchTimeout bounds one batch: reading it, the store transaction, the trim.
+// batchTimeout bounds one round: reading its batches, their store
+// transactions, their trims (a round pipelines up to maxPipelined batches,
+// and starts another only while the timeout leaves room for it).
 const batchTimeout = 30 * time.Second
 
 // Applier applies buffered writes. Create it with New, call Prepare once,
@@ -74,7 +77,7 @@ type Applier struct {
 	// record's row lock), but a MongoDB document has no such lock, and two
 	// appliers converting the same changes from different reads of it
 	// could leave the older value last.
-	parts []sync.Mutex
+	parts []partLock
 
 	floorsMu sync.Mutex
 	floors   buffer.Floors // the last Floors read
@@ -83,6 +86,14 @@ type Applier struct {
 
 	compacting sync.Mutex                   // held by a compaction round; guards idle
 	idle       map[store.AppliedRecord]bool // applied records idle at the last compaction round
+}
+
+// partLock is a partition's lock (Applier.parts), and how many callers
+// of ApplyDoc wait for it: a round in progress starts no more batches then,
+// so that a write-through waits for one batch at most, not a backlog.
+type partLock struct {
+	sync.Mutex
+	waiting atomic.Int32
 }
 
 // New returns an applier over the given collections.
@@ -108,7 +119,7 @@ func New(cfg Config, buf *buffer.Buffer, colls map[string]*Collection, m *metric
 	}
 	a := &Applier{
 		cfg: cfg, buf: buf, colls: colls, m: m, log: log,
-		parts: make([]sync.Mutex, buf.Partitions()),
+		parts: make([]partLock, buf.Partitions()),
 	}
 	a.scheduler = newScheduler[int](plan{
 		id: cfg.InstanceID, workers: cfg.Workers, ownerLease: cfg.OwnerLease, poll: cfg.PollInterval,

@@ -135,3 +135,81 @@ func TestApplyRoundPipelines(t *testing.T) {
 		}
 	}
 }
+
+// pipelineWorld buffers n documents of one partition in w and returns
+// their ids, the partition, and an applier whose store is st over w's.
+func pipelineWorld(t *testing.T, w *world, n int, st func(store.Store) store.Store) ([]string, int, *Applier) {
+	t.Helper()
+	part := w.buf.Partition(w.coll, "0")
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		if id := strconv.Itoa(i); w.buf.Partition(w.coll, id) == part {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		w.put(t, id, 1)
+	}
+	tbl, err := w.st.Describe(context.Background(), w.table, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := New(Config{InstanceID: "t", Workers: 1, BatchSize: 16},
+		w.buf, map[string]*Collection{w.coll: {Name: w.coll, StoreName: "pg", Store: st(w.st), Table: tbl}},
+		metrics.New(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	return ids, part, app
+}
+
+// A round starts another batch only if its deadline leaves twice the last
+// batch's time: a slow store makes it stop early, with more pending
+// (full), instead of running out of time in a batch that then fails.
+func TestApplyRoundStopsBeforeItsDeadline(t *testing.T) {
+	w := newWorld(t)
+	var log *batchLog
+	_, part, app := pipelineWorld(t, w, 4*16, func(st store.Store) store.Store {
+		log = &batchLog{Store: st, seen: map[string]bool{}, during: func([]string) { time.Sleep(150 * time.Millisecond) }}
+		return log
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	applied, full, err := app.ApplyRound(ctx, []int{part})
+	if err != nil || applied != 16 || !full || len(log.batches) != 1 {
+		t.Fatalf("round with 400 ms and batches of 150 ms: %d applied in %d batches, full %v, %v; want one batch, full, no error", applied, len(log.batches), full, err)
+	}
+}
+
+// A write-through waiting for a partition's lock (ApplyDoc) makes a round
+// in progress stop after its current batch instead of draining the
+// backlog first.
+func TestApplyRoundYieldsToApplyDoc(t *testing.T) {
+	w := newWorld(t)
+	started := make(chan struct{}, 16)
+	var log *batchLog
+	ids, part, app := pipelineWorld(t, w, 8*16, func(st store.Store) store.Store {
+		log = &batchLog{Store: st, seen: map[string]bool{}, during: func([]string) {
+			started <- struct{}{}
+			time.Sleep(50 * time.Millisecond)
+		}}
+		return log
+	})
+	ctx := context.Background()
+	type result struct {
+		applied int
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, _, err := app.ApplyRound(ctx, []int{part})
+		done <- result{n, err}
+	}()
+	<-started
+	last := ids[len(ids)-1]
+	seq := w.put(t, last, 2)
+	if err := app.ApplyDoc(ctx, w.coll, last, seq); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.applied > 2*16 {
+		t.Fatalf("the round applied %d changes (%v) while a write-through waited; want at most two batches", r.applied, r.err)
+	}
+}

@@ -45,7 +45,7 @@ func (a *Applier) round(ctx context.Context, parts []int) (more bool) {
 	var n int
 	var full bool
 	err := a.bounded(context.WithoutCancel(ctx), parts, func(bctx context.Context, _ int) (err error) {
-		n, full, err = a.ApplyRound(bctx, parts)
+		n, full, err = a.applyRound(bctx, parts, ctx.Done())
 		return err
 	}, "partitions", parts)
 	a.note(parts, err)
@@ -83,15 +83,23 @@ const maxPipelined = 8
 // ApplyRound applies the pending documents of the given partitions in
 // batches: up to BatchSize documents and their buffered writes, in one
 // transaction per store, each trimmed once applied. While a batch is in its
-// store, the round trims the previous one and reads the next (pipelining:
-// the store is never idle waiting on Redis), for as long as more documents
-// are pending, up to maxPipelined batches and well within ctx's deadline.
-// The partitions stay locked throughout, so no batch is read across a
-// release of their lock (a MongoDB store relies on that lock for each
-// document's order), and a batch never holds a document of the batch still
-// in the store. full reports that more documents were pending than the
-// round took.
+// store, the round trims the previous one and reads the next, so that the
+// next is usually ready when the current one commits; it goes on while
+// documents are pending, up to maxPipelined batches, while ctx's deadline
+// leaves twice the last batch's time, and while no write-through waits for
+// one of the partitions (ApplyDoc). The partitions stay locked throughout,
+// so no batch is read across a release of their lock (a MongoDB store
+// relies on that lock for each document's order), and a batch never holds a
+// document of the batch still in the store. full reports that more
+// documents were pending than the round took.
 func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, full bool, err error) {
+	return a.applyRound(ctx, parts, nil)
+}
+
+// applyRound is ApplyRound; stop, when not nil, ends the pipeline early
+// once it is closed (the run's end: a round on its way out starts no more
+// batches).
+func (a *Applier) applyRound(ctx context.Context, parts []int, stop <-chan struct{}) (applied int, full bool, err error) {
 	locked := slices.Clone(parts)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
@@ -103,14 +111,26 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 			a.parts[p].Unlock()
 		}
 	}()
-	start := time.Now()
+	more := func() bool {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		for _, p := range locked {
+			if a.parts[p].waiting.Load() > 0 {
+				return false
+			}
+		}
+		return true
+	}
 	size, perDoc := a.roundSize(a.divisor(parts...))
 	b, err := a.readBatch(ctx, parts, size, perDoc, nil)
 	if err != nil || b == nil {
 		return 0, false, err
 	}
 	fails := a.failed(parts) + 1
-	var trim []buffer.Applied // the previous batch's, applied
+	var trim []buffer.Applied // applied, not trimmed yet
 	for n := 1; ; n++ {
 		type outcome struct {
 			applied int
@@ -118,6 +138,7 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 			err     error
 		}
 		out := make(chan outcome, 1)
+		began := time.Now()
 		go func(b *batch) {
 			var o outcome
 			o.applied, o.done, o.err = a.applyBatch(ctx, b, fails)
@@ -125,14 +146,21 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 		}(b)
 		var next *batch
 		_, rerr := a.buf.Trim(ctx, trim)
-		if rerr == nil && b.full && n < maxPipelined && a.roomFor(ctx, start, n) {
-			next, rerr = a.readBatch(ctx, parts, size, perDoc, b.members)
+		if rerr == nil {
+			trim = nil
+			if b.full && n < maxPipelined && more() {
+				next, rerr = a.readBatch(ctx, parts, size, perDoc, b.members)
+			}
 		}
 		o := <-out
 		applied += o.applied
+		trim = append(trim, o.done...)
 		fault.Hit(fault.AfterCommit)
+		if next != nil && (!more() || !roomFor(ctx, time.Since(began))) {
+			next = nil // read, not started: the next round reads it again
+		}
 		if o.err != nil || rerr != nil || next == nil {
-			if _, err := a.buf.Trim(ctx, o.done); err != nil {
+			if _, err := a.buf.Trim(ctx, trim); err != nil {
 				return applied, false, err
 			}
 			switch {
@@ -143,19 +171,15 @@ func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, ful
 			}
 			return applied, b.full, nil
 		}
-		trim, b = o.done, next
+		b = next
 	}
 }
 
-// roomFor reports whether a round that started at start and applied n
-// batches has time for one more before ctx's deadline: twice the average
-// batch's time.
-func (a *Applier) roomFor(ctx context.Context, start time.Time, n int) bool {
+// roomFor reports whether ctx's deadline leaves time for one more batch
+// after one that took took: twice that.
+func roomFor(ctx context.Context, took time.Duration) bool {
 	deadline, ok := ctx.Deadline()
-	if !ok {
-		return true
-	}
-	return time.Until(deadline) > 2*time.Since(start)/time.Duration(n)
+	return !ok || time.Until(deadline) > 2*took
 }
 
 // batch is what one transaction per store applies: the documents read
@@ -211,6 +235,8 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 		return nil, err
 	}
 	for i, r := range refs {
+		// A document cut at perDoc changes has more pending.
+		b.full = b.full || len(changes[i]) >= perDoc
 		b.members[r] = true
 		coll, id := buffer.SplitMember(r.Member)
 		c := a.colls[coll]

@@ -23,8 +23,11 @@ func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) erro
 		return fmt.Errorf("bgt: unknown collection %q", coll)
 	}
 	ref := a.buf.Ref(coll, id)
-	a.parts[ref.Part].Lock()
-	defer a.parts[ref.Part].Unlock()
+	pl := &a.parts[ref.Part]
+	pl.waiting.Add(1)
+	pl.Lock()
+	pl.waiting.Add(-1)
+	defer pl.Unlock()
 	for {
 		changes, err := a.buf.Changes(ctx, []buffer.DocRef{ref}, a.cfg.MaxPerDoc)
 		if err != nil {
