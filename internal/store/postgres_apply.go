@@ -270,10 +270,13 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 	if err := br.Close(); err != nil {
 		return nil, wrapErr("apply: commit", err, pgPermanent)
 	}
+	// Committed: Missing only names, in the applier's log, rows a patch did
+	// not find, so failing to look them up (a deadline, a dropped
+	// connection) must not fail the batch.
 	for _, i := range short {
-		if err := pgMarkMissing(ctx, conn, plan.patches[i], casts[i], plan.results); err != nil {
-			return nil, wrapErr("apply: find the rows a patch missed", err, pgPermanent)
-		}
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = pgMarkMissing(mctx, conn, plan.patches[i], casts[i], plan.results)
+		cancel()
 	}
 	return plan.results, nil
 }

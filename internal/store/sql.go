@@ -260,7 +260,7 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 	}
 	switch c.Type {
 	case change.TypeText, change.TypeOther:
-		if str, ok := plainJSONString(v); ok {
+		if str, ok := plainJSONString(s); ok {
 			return str, nil
 		}
 		var str string
@@ -292,17 +292,17 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 // escapes holds — most values: the quotes stripped — and false for
 // anything else (escapes, control characters, invalid UTF-8, not a
 // string), which json.Unmarshal then decodes or refuses.
-func plainJSONString(v json.RawMessage) (string, bool) {
+func plainJSONString(v string) (string, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return "", false
 	}
 	body := v[1 : len(v)-1]
-	for _, c := range body {
-		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+	for i := 0; i < len(body); i++ {
+		if c := body[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
 			return "", false
 		}
 	}
-	return string(body), true
+	return body, true
 }
 
 // incArg converts one $inc amount into an argument of the column's numeric
