@@ -367,17 +367,7 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string) {
 		},
 		"update": func(ctx context.Context, keys, vals []string) error {
 			var sb strings.Builder
-			args := make([]any, 0, 2*len(keys))
-			fmt.Fprintf(&sb, "UPDATE %s AS t JOIN (", t)
-			for i := range keys {
-				if i == 0 {
-					sb.WriteString("SELECT ? AS k, ? AS f")
-				} else {
-					sb.WriteString(" UNION ALL SELECT ?, ?")
-				}
-				args = append(args, keys[i], vals[i])
-			}
-			fmt.Fprintf(&sb, ") AS v ON t.%s = v.k SET t.%s = v.f", k, f)
+			args := myUpdateJoin(&sb, make([]any, 0, 2*len(keys)), t, k, f, keys, vals)
 			_, err := db.ExecContext(ctx, sb.String(), args...)
 			return err
 		},
@@ -405,22 +395,31 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string) {
 			args = append(args, coll, keys[i], seq)
 		}
 		sb.WriteString(" ON DUPLICATE KEY UPDATE seq = IF(seq < VALUES(seq), VALUES(seq), seq); ")
-		fmt.Fprintf(&sb, "UPDATE %s AS t JOIN (", t)
-		for i := range keys {
-			if i == 0 {
-				sb.WriteString("SELECT ? AS k, ? AS f")
-			} else {
-				sb.WriteString(" UNION ALL SELECT ?, ?")
-			}
-			args = append(args, keys[i], vals[i])
-		}
-		fmt.Fprintf(&sb, ") AS v ON t.%s = v.k SET t.%s = v.f; COMMIT", k, f)
+		args = myUpdateJoin(&sb, args, t, k, f, keys, vals)
+		sb.WriteString("; COMMIT")
 		_, err := mdb.ExecContext(ctx, sb.String(), args...)
 		return err
 	}
 	b.Cleanup(func() {
 		_, _ = mdb.ExecContext(context.Background(), "DELETE FROM "+store.AppliedTable+" WHERE collection = ?", coll)
 	})
+}
+
+// myUpdateJoin appends to sb MySQL's batched UPDATE of field f of the
+// rows keyed k of table t, joined with the rows as a UNION ALL of SELECTs,
+// and returns args with the rows' arguments appended.
+func myUpdateJoin(sb *strings.Builder, args []any, t, k, f string, keys, vals []string) []any {
+	fmt.Fprintf(sb, "UPDATE %s AS t JOIN (", t)
+	for i := range keys {
+		if i == 0 {
+			sb.WriteString("SELECT ? AS k, ? AS f")
+		} else {
+			sb.WriteString(" UNION ALL SELECT ?, ?")
+		}
+		args = append(args, keys[i], vals[i])
+	}
+	fmt.Fprintf(sb, ") AS v ON t.%s = v.k SET t.%s = v.f", k, f)
+	return args
 }
 
 // multiRowInsert is INSERT INTO t (k, f) VALUES (…), (…) … of the rows.
