@@ -167,14 +167,16 @@ func TestApplyRoundStopsBeforeItsDeadline(t *testing.T) {
 	w := newWorld(t)
 	var log *batchLog
 	_, part, app := pipelineWorld(t, w, 4*16, func(st store.Store) store.Store {
-		log = &batchLog{Store: st, seen: map[string]bool{}, during: func([]string) { time.Sleep(150 * time.Millisecond) }}
+		log = &batchLog{Store: st, seen: map[string]bool{}, during: func([]string) { time.Sleep(200 * time.Millisecond) }}
 		return log
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	// After the first batch, at most 300 ms are left: less than twice its
+	// 200 ms.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	applied, full, err := app.ApplyRound(ctx, []int{part})
 	if err != nil || applied != 16 || !full || len(log.batches) != 1 {
-		t.Fatalf("round with 400 ms and batches of 150 ms: %d applied in %d batches, full %v, %v; want one batch, full, no error", applied, len(log.batches), full, err)
+		t.Fatalf("round with 500 ms and batches of 200 ms: %d applied in %d batches, full %v, %v; want one batch, full, no error", applied, len(log.batches), full, err)
 	}
 }
 
@@ -193,6 +195,8 @@ func TestApplyRoundYieldsToApplyDoc(t *testing.T) {
 		return log
 	})
 	ctx := context.Background()
+	last := ids[len(ids)-1]
+	seq := w.put(t, last, 2)
 	type result struct {
 		applied int
 		err     error
@@ -202,9 +206,7 @@ func TestApplyRoundYieldsToApplyDoc(t *testing.T) {
 		n, _, err := app.ApplyRound(ctx, []int{part})
 		done <- result{n, err}
 	}()
-	<-started
-	last := ids[len(ids)-1]
-	seq := w.put(t, last, 2)
+	<-started // the first batch is in the store for 50 ms
 	if err := app.ApplyDoc(ctx, w.coll, last, seq); err != nil {
 		t.Fatal(err)
 	}
