@@ -40,6 +40,7 @@ const Leased Outcome = Overflow + 1
 // writeScript. It runs before the write touches anything.
 var luaNearCheck = fmt.Sprintf("local LEASED = %d\n", replyLeased) + `
 local near_waiting = false -- near_check found a writer waiting for holders
+local near_own = false -- near_check found this holder's field: "expiry:gen"
 -- near_keys returns a document's partition tag and member from its
 -- partition's pending index ("<tag>pending") and its cache entry
 -- ("<tag>c:<member>"); its lease record is tag .. 'l:' .. member.
@@ -49,7 +50,7 @@ end
 local function near_check(pending, ck, hot)
   local tag, member = near_keys(pending, ck)
   local lk = tag .. 'l:' .. member
-  near_waiting = false
+  near_waiting, near_own = false, false
   local hs = redis.call('HGETALL', lk)
   if #hs > 0 then
     local now = tonumber(ms)
@@ -57,6 +58,7 @@ local function near_check(pending, ck, hot)
     for j = 1, #hs, 2 do
       local f, v = hs[j], hs[j + 1]
       if f == 'x' and tonumber(v) > now then near_waiting = true end
+      if f == holder then near_own = v end
       -- This sidecar's own lease does not hold the write up: its writer
       -- dropped its copy and refuses installs until the write is over.
       if f ~= 'x' and f ~= holder then
@@ -93,12 +95,22 @@ end
 -- lease request would get none — no entry, a hot document, a writer
 -- waiting for holders. near_check ran first and found no other live
 -- holder, so the record holds no field of this holder's older grants.
-local function near_grant(pending, ck, gen, ttl)
+--
+-- copygen, when the write only set fields of the entry it found cached,
+-- is the generation of the writer's copy: if this holder's field named it,
+-- live, when near_check read it, nothing was written to the document since
+-- that copy was granted (extendScript), so the entry is the copy with the
+-- write's sets, which the writer computes: 1 instead of the entry.
+local function near_grant(pending, ck, gen, ttl, copygen)
   if near_waiting then return nil end
   local tag, member = near_keys(pending, ck)
   if redis.call('EXISTS', tag .. 'h:' .. member) == 1 then return nil end
-  local h = redis.call('HGETALL', ck)
-  if #h == 0 then return nil end
+  local h = 1
+  local c = copygen and near_own and string.find(near_own, ':', 1, true)
+  if not (c and string.sub(near_own, c + 1) == copygen and tonumber(string.sub(near_own, 1, c - 1)) > tonumber(ms)) then
+    h = redis.call('HGETALL', ck)
+    if #h == 0 then return nil end
+  end
   redis.call('HSET', tag .. 'l:' .. member, holder, (tonumber(ms) + ttl) .. ':' .. gen)
   return h
 end

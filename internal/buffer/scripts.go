@@ -130,7 +130,10 @@ end
 //     for ms. "n<ms>g<gen>:<ttl>" (ms 0) also grants the writer a read
 //     lease of generation gen for ttl ms on the entry the write leaves, and
 //     the reply ends with the entry (near_grant); without a grant it ends
-//     with nothing.
+//     with nothing. "n0g<gen>:<ttl>:<copygen>" says the writer holds a
+//     copy leased under copygen and the write only sets fields: if the
+//     entry is the copy (near_grant) the reply ends with 1 instead of the
+//     entry, which the writer computes (WriteOptions.Copy).
 //   - "a" (if absent): a put that only creates. If the document exists it
 //     returns {-3} and buffers nothing; existence is decided like a patch's,
 //     with {0} asking for the base.
@@ -209,13 +212,19 @@ local function write(pending, seqk, ck, bw, il, a, z)
   -- Near cache: no write to a document other sidecars hold read leases on
   -- becomes visible before they all released or expired (near_check).
   local np = string.find(flags, 'n', 2, true)
-  local hotkey, hotms, grant, grantms
+  local hotkey, hotms, grant, grantms, copygen
   if np then
     local gp = string.find(flags, 'g', np + 1, true)
     if gp then
       local colon = string.find(flags, ':', gp + 1, true)
+      local c2 = string.find(flags, ':', colon + 1, true)
       hotms = tonumber(string.sub(flags, np + 1, gp - 1))
-      grant, grantms = string.sub(flags, gp + 1, colon - 1), tonumber(string.sub(flags, colon + 1))
+      grant = string.sub(flags, gp + 1, colon - 1)
+      if c2 then
+        grantms, copygen = tonumber(string.sub(flags, colon + 1, c2 - 1)), string.sub(flags, c2 + 1)
+      else
+        grantms = tonumber(string.sub(flags, colon + 1))
+      end
     else
       hotms = tonumber(string.sub(flags, np + 1))
     end
@@ -416,7 +425,12 @@ local function write(pending, seqk, ck, bw, il, a, z)
     if sets and #dels > 0 then redis.call('HDEL', ck, unpack(dels)) end
   end
   local entry
-  if grant and not hotkey then entry = near_grant(pending, ck, grant, grantms) end
+  if grant and not hotkey then
+    -- The entry is the copy with this write's sets only if it updated the
+    -- entry it found (no base installed by this call).
+    if not (kind == 'U' and mode == 'u' and cached and nbase == 0 and ARGV[a + 4] == '-') then copygen = nil end
+    entry = near_grant(pending, ck, grant, grantms, copygen)
+  end
   if counting then return {s, added, removed, value, entry} end
   return {s, entry}
 end

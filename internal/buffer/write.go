@@ -72,6 +72,42 @@ type WriteOptions struct {
 	// to this sidecar (Instance) in the same step: WriteResult.Entry.
 	Grant    uint64
 	LeaseTTL time.Duration
+	// Copy is, with Grant, the writer's copy of the document (field →
+	// canonical JSON text, as the cache entry holds it), leased under
+	// generation CopyGen. When the lease record still names CopyGen, live
+	// — so nothing was written to the document since that grant (see
+	// extendScript) — and the write only sets fields of the cached entry,
+	// the script grants the lease without sending the entry back:
+	// WriteResult.Entry is then the copy with the write's fields set.
+	Copy    map[string]string
+	CopyGen uint64
+}
+
+// fromCopy reports whether the entry a write leaves can be computed from
+// the writer's copy: a patch that only sets and unsets fields of the
+// entry it updates (no increments, no operators the script cannot apply).
+func fromCopy(r *WriteRequest) bool {
+	c, o := &r.Change, &r.Options
+	return o.Copy != nil && o.CopyGen > 0 && !o.Invalidate && c.Kind == change.Patch &&
+		len(c.Inc) == 0 && len(c.JSON) == 0 && len(c.Ops) == 0
+}
+
+// copyEntry returns the entry a write of r leaves when the script derived
+// it from the writer's copy: the copy with r's sets, in the order the
+// script sets them (appendWriteArgs).
+func copyEntry(r *WriteRequest) map[string]string {
+	c := &r.Change
+	h := make(map[string]string, len(r.Options.Copy)+len(c.Set))
+	for f, v := range r.Options.Copy {
+		h[f] = v
+	}
+	for f, v := range c.Set {
+		h[f] = string(v)
+	}
+	for _, f := range c.Unset {
+		h[f] = "null"
+	}
+	return h
 }
 
 // Replace is a compare-and-set of one field of a cache entry.
@@ -113,7 +149,8 @@ type WriteResult struct {
 	// Entry is, for a Buffered write with Options.Grant, the cache entry
 	// the write left, on which it granted the lease (nil: none granted —
 	// no entry, a hot document, a writer waiting for holders).
-	Entry map[string]string
+	Entry    map[string]string
+	fromCopy bool // parseWrite: Entry is to be computed from the copy (copyEntry)
 }
 
 // Write buffers c for the document (coll, id) in one atomic step: it
@@ -190,6 +227,18 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 }
 
 func (b *Buffer) writeBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
+	results, errs := b.writeBatchOnce(ctx, reqs)
+	for i := range results {
+		if r := &results[i]; r.fromCopy {
+			r.Entry, r.fromCopy = copyEntry(&reqs[i]), false
+		}
+	}
+	return results, errs
+}
+
+// writeBatchOnce runs a batch's writes, and again those that found their
+// partition's sequence missing.
+func (b *Buffer) writeBatchOnce(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
 	results, errs := make([]WriteResult, len(reqs)), make([]error, len(reqs))
 	if len(reqs) == 0 {
 		return results, errs
@@ -394,6 +443,9 @@ func appendWriteArgs(args []any, r WriteRequest) []any {
 		flags += "n" + strconv.FormatInt(o.HotWindow.Milliseconds(), 10)
 		if o.Grant > 0 && o.HotWindow <= 0 {
 			flags += "g" + strconv.FormatUint(o.Grant, 10) + ":" + strconv.FormatInt(o.LeaseTTL.Milliseconds(), 10)
+			if fromCopy(&r) {
+				flags += ":" + strconv.FormatUint(o.CopyGen, 10)
+			}
 		}
 	}
 	args = append(args, 0, change.Encode(c), flags, ttlMillis(o.TTL), o.Token)
@@ -497,8 +549,12 @@ func parseWrite(reply any) (WriteResult, error) {
 		return WriteResult{}, fmt.Errorf("buffer: write: unknown answer %d", code)
 	}
 	r := WriteResult{Seq: code, Outcome: Buffered}
-	// A granted lease's entry ends the reply (a Lua nil ends it early).
+	// A granted lease's entry ends the reply (a Lua nil ends it early);
+	// 1 instead says the entry is the writer's copy with its sets.
 	if len(v) == 2 || len(v) == 5 {
+		if n, ok := v[len(v)-1].(int64); ok && n == 1 {
+			r.fromCopy = true
+		}
 		if h, ok := v[len(v)-1].([]any); ok {
 			r.Entry = make(map[string]string, len(h)/2)
 			for j := 0; j+1 < len(h); j += 2 {

@@ -72,7 +72,8 @@ type nearWrite struct {
 	s    *Service
 	c    *Collection
 	id   string
-	held bool // a copy was dropped: the document is read here
+	held bool             // a copy was dropped: the document is read here
+	copy *nearcache.Entry // the copy this write dropped, if any
 	gen  uint64
 	sent int64 // before any request of the write was sent
 }
@@ -87,7 +88,8 @@ func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
 	if c.near == nil {
 		return nil
 	}
-	w := &nearWrite{s: s, c: c, id: id, held: c.near.cache.BeginWrite(id)}
+	w := &nearWrite{s: s, c: c, id: id}
+	w.held, w.copy = c.near.cache.BeginWriteCopy(id)
 	if w.held {
 		w.gen, w.sent = s.near.gen.Add(1), nearcache.Now()
 	}
@@ -107,6 +109,11 @@ func (w *nearWrite) options(o *buffer.WriteOptions) {
 	o.Near = true
 	if w.held {
 		o.Grant, o.LeaseTTL = w.gen, w.c.near.cfg.LeaseTTL
+		if w.copy != nil {
+			// The entry the write leaves comes back only if it is not
+			// this copy with the write's sets.
+			o.Copy, o.CopyGen = w.copy.Hash, w.copy.Gen
+		}
 	}
 }
 

@@ -70,6 +70,16 @@ type WriteOutcome struct {
 // local write of the key did — so that the write asks for a lease on the
 // entry it leaves.
 func (c *Cache) BeginWrite(key string) bool {
+	held, _ := c.BeginWriteCopy(key)
+	return held
+}
+
+// BeginWriteCopy is BeginWrite that also returns the copy this write
+// dropped, if any (nil when an overlapping write dropped it, or there was
+// none): the write may ask for the value it leaves as that copy with its
+// changes (buffer.WriteOptions.Copy), since the copy was the latest value
+// for as long as its lease was live.
+func (c *Cache) BeginWriteCopy(key string) (held bool, copy *Entry) {
 	st := c.stripe(key)
 	st.writers.Add(1)
 	st.epoch.Add(1)
@@ -91,9 +101,12 @@ func (c *Cache) BeginWrite(key string) bool {
 	e, ok := c.c.Invalidate(key)
 	st.mu.Lock()
 	g.held = g.held || (ok && !e.hot)
-	held := g.held
+	held = g.held
 	st.mu.Unlock()
-	return held
+	if ok && !e.hot {
+		copy = e
+	}
+	return held, copy
 }
 
 // EndWrite ends a local write that BeginWrite began. When it is the last

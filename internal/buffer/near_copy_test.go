@@ -1,0 +1,123 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/writeback/writeback/internal/change"
+)
+
+// A granted write that only sets fields, by a holder whose copy's lease is
+// still named and live, leaves the entry as that copy with its sets: the
+// script answers without the entry and the buffer computes it. In every
+// other case — the copy's generation no longer named (a write came in
+// between), its lease expired, a change the script computes itself — the
+// entry comes from Redis.
+func TestWriteGrantFromCopy(t *testing.T) {
+	ctx, s := context.Background(), schema(t)
+	holder, other := newTestBuffer(t), newTestBuffer(t)
+	other.prefix = holder.prefix // the same deployment, another sidecar
+	holder.Instance, other.Instance = "holder", "other"
+	write := func(b *Buffer, id, body string, o WriteOptions) WriteResult {
+		t.Helper()
+		var c change.Change
+		if body[0] == '{' && body[1] == '"' && body[2] == '$' {
+			c = mustParse(t, s, body)
+		} else {
+			c, _ = change.ParsePut(s, id, []byte(body))
+		}
+		o.TTL, o.Token = time.Minute, NewToken()
+		rs, errs := b.WriteBatch(ctx, []WriteRequest{{Coll: "c", ID: id, Change: c, Schema: s, Options: o}})
+		if errs[0] != nil || rs[0].Outcome != Buffered {
+			t.Fatalf("write %s %s: %+v %v", id, body, rs[0], errs[0])
+		}
+		return rs[0]
+	}
+	lease := func(id string, gen uint64, ttl time.Duration) map[string]string {
+		t.Helper()
+		res, err := holder.LeaseRead(ctx, []NearRead{{Coll: "c", ID: id, Gen: gen, TTL: ttl}})
+		if err != nil || !res[0].Hit || res[0].Outcome != LeaseGranted {
+			t.Fatalf("lease of %s: %+v %v", id, res, err)
+		}
+		return res[0].Hash
+	}
+	entry := func(id string) map[string]string {
+		t.Helper()
+		h, err := holder.rdb.HGetAll(ctx, holder.cacheKey(holder.Partition("c", id), Member("c", id))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	field := func(id string) string {
+		v, _ := holder.rdb.HGet(ctx, holder.LeaseRecord("c", id), "holder").Result()
+		return v
+	}
+	grant := func(copy map[string]string, gen uint64) WriteOptions {
+		return WriteOptions{Near: true, Grant: gen, LeaseTTL: time.Second, Copy: copy, CopyGen: gen - 1}
+	}
+
+	// The copy is named and live: the entry is the copy with the sets. A
+	// copy that differs from Redis's entry in a field the write leaves
+	// alone shows where the result came from.
+	for id := range 5 {
+		write(holder, fmt.Sprint(id), `{"n":1}`, WriteOptions{})
+	}
+	copy0 := lease("0", 1, time.Minute)
+	marked := maps.Clone(copy0)
+	marked["f"] = "7.5"
+	got := write(holder, "0", `{"$set":{"n":2}}`, grant(marked, 2))
+	if want := map[string]string{"id": copy0["id"], "n": "2", "f": "7.5"}; !maps.Equal(got.Entry, want) {
+		t.Fatalf("entry from the copy: %v, want %v (Redis holds %v)", got.Entry, want, entry("0"))
+	}
+	if f := field("0"); f[len(f)-2:] != ":2" {
+		t.Fatalf("lease field %q after the grant, want generation 2", f)
+	}
+	// And with the true copy, the computed entry is Redis's, unset fields
+	// included.
+	got = write(holder, "0", `{"$set":{"n":3},"$unset":{"f":""}}`, grant(got.Entry, 3))
+	if want := entry("0"); !maps.Equal(got.Entry, want) {
+		t.Fatalf("entry from the copy: %v, want Redis's %v", got.Entry, want)
+	}
+
+	// Another sidecar wrote after the copy's grant (one without this
+	// collection's near cache, which does not wait for holders): the lease
+	// field is gone, and the entry comes from Redis, with the other write
+	// in it.
+	copy1 := lease("1", 1, time.Minute)
+	write(other, "1", `{"$set":{"n":5}}`, WriteOptions{})
+	got = write(holder, "1", `{"$set":{"f":1.5}}`, grant(copy1, 2))
+	if want := entry("1"); !maps.Equal(got.Entry, want) || got.Entry["n"] != "5" {
+		t.Fatalf("entry after another sidecar's write: %v, want Redis's %v", got.Entry, want)
+	}
+	// The field names a newer generation than the copy's (a renewal moved
+	// it on): from Redis.
+	copy2 := lease("2", 1, time.Minute)
+	lease("2", 4, time.Minute)
+	stale := maps.Clone(copy2)
+	stale["f"] = "7.5"
+	got = write(holder, "2", `{"$set":{"n":2}}`, grant(stale, 2))
+	if want := entry("2"); !maps.Equal(got.Entry, want) {
+		t.Fatalf("entry under a generation moved on: %v, want Redis's %v", got.Entry, want)
+	}
+	// The copy's lease expired: from Redis.
+	copy3 := lease("3", 1, 20*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	stale = maps.Clone(copy3)
+	stale["f"] = "7.5"
+	got = write(holder, "3", `{"$set":{"n":2}}`, grant(stale, 2))
+	if want := entry("3"); !maps.Equal(got.Entry, want) {
+		t.Fatalf("entry after the copy's lease expired: %v, want Redis's %v", got.Entry, want)
+	}
+	// An increment is the script's to compute: from Redis.
+	copy4 := lease("4", 1, time.Minute)
+	stale = maps.Clone(copy4)
+	stale["f"] = "7.5"
+	got = write(holder, "4", `{"$inc":{"n":2}}`, grant(stale, 2))
+	if want := entry("4"); !maps.Equal(got.Entry, want) || got.Entry["n"] != "3" {
+		t.Fatalf("entry after an increment: %v, want Redis's %v", got.Entry, want)
+	}
+}
