@@ -83,6 +83,17 @@ func TestWriteGrantFromCopy(t *testing.T) {
 		t.Fatalf("entry from the copy: %v, want Redis's %v", got.Entry, want)
 	}
 
+	// A counting write (the Redis protocol's HSET) too, whose reply also
+	// carries what it found.
+	marked = maps.Clone(got.Entry)
+	marked["f"] = "8.5"
+	o := grant(marked, 4)
+	o.Count = true
+	got = write(holder, "0", `{"$set":{"n":4}}`, o)
+	if want := map[string]string{"id": copy0["id"], "n": "4", "f": "8.5"}; !maps.Equal(got.Entry, want) {
+		t.Fatalf("entry of a counting write from the copy: %v, want %v (Redis holds %v)", got.Entry, want, entry("0"))
+	}
+
 	// Another sidecar wrote after the copy's grant (one without this
 	// collection's near cache, which does not wait for holders): the lease
 	// field is gone, and the entry comes from Redis, with the other write

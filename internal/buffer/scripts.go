@@ -298,6 +298,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
   -- Counting: look at the entry before the write, and refuse what Redis
   -- would refuse before anything is buffered.
   local added, removed, value = 0, 0, false
+  local only_sets = false -- the write only set fields of the entry it found, and kept it
   if counting and kind == 'U' then
     if not olds then olds = read_olds(ck, fields) end
     local n = 0
@@ -371,8 +372,10 @@ local function write(pending, seqk, ck, bw, il, a, z)
     -- The sets go in one HSET, after the increments: a column is never in
     -- both.
     local sets, dels = {}, {}
+    only_sets = true
     for j = i, z, 3 do
       local op, f, v = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+      if op ~= 'S' then only_sets = false end
       if op == 'S' then
         sets[#sets + 1] = f
         sets[#sets + 1] = v
@@ -423,12 +426,16 @@ local function write(pending, seqk, ck, bw, il, a, z)
     end
     if sets and #sets > 0 then hset_list(ck, sets) end
     if sets and #dels > 0 then redis.call('HDEL', ck, unpack(dels)) end
+    if not sets then only_sets = false end
   end
   local entry
   if grant and not hotkey then
-    -- The entry is the copy with this write's sets only if it updated the
-    -- entry it found (no base installed by this call).
-    if not (kind == 'U' and mode == 'u' and cached and nbase == 0 and ARGV[a + 4] == '-') then copygen = nil end
+    -- The entry is the copy with this write's sets only if the write did
+    -- nothing but set fields of the entry it found (no base installed by
+    -- this call, no other operation, the entry kept). The caller asks only
+    -- then; this holds the script to it. (A first attempt never carries a
+    -- base: an attempt that asks for one deletes the holder's field.)
+    if not (only_sets and kind == 'U' and mode == 'u' and nbase == 0 and ARGV[a + 4] == '-') then copygen = nil end
     entry = near_grant(pending, ck, grant, grantms, copygen)
   end
   if counting then return {s, added, removed, value, entry} end
