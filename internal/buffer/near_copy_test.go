@@ -18,9 +18,7 @@ import (
 // entry comes from Redis.
 func TestWriteGrantFromCopy(t *testing.T) {
 	ctx, s := context.Background(), schema(t)
-	holder, other := newTestBuffer(t), newTestBuffer(t)
-	other.prefix = holder.prefix // the same deployment, another sidecar
-	holder.Instance, other.Instance = "holder", "other"
+	holder, other := twoSidecars(t)
 	write := func(b *Buffer, id, body string, o WriteOptions) WriteResult {
 		t.Helper()
 		var c change.Change

@@ -16,9 +16,7 @@ import (
 // generation, so that a release of the old one no longer takes it away.
 func TestExtendLeases(t *testing.T) {
 	ctx, s := context.Background(), schema(t)
-	holder, other := newTestBuffer(t), newTestBuffer(t)
-	other.prefix = holder.prefix // the same deployment, another sidecar
-	holder.Instance, other.Instance = "holder", "other"
+	holder, other := twoSidecars(t)
 	put := func(b *Buffer, id string, n int, o WriteOptions) Outcome {
 		t.Helper()
 		c, _ := change.ParsePut(s, id, []byte(fmt.Sprintf(`{"n":%d}`, n)))
@@ -136,4 +134,13 @@ func TestExtendLeases(t *testing.T) {
 	if got := extend("5", 1, 8); got != 0 {
 		t.Fatalf("extension of a released lease: %v, want 0", got)
 	}
+}
+
+// twoSidecars returns the buffers of two sidecars of one deployment,
+// "holder" and "other".
+func twoSidecars(t *testing.T) (holder, other *Buffer) {
+	holder, other = newTestBuffer(t), newTestBuffer(t)
+	other.prefix = holder.prefix
+	holder.Instance, other.Instance = "holder", "other"
+	return holder, other
 }
