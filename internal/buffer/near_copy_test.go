@@ -61,7 +61,7 @@ func TestWriteGrantFromCopy(t *testing.T) {
 	// The copy is named and live: the entry is the copy with the sets. A
 	// copy that differs from Redis's entry in a field the write leaves
 	// alone shows where the result came from.
-	for id := range 5 {
+	for id := range 6 {
 		write(holder, fmt.Sprint(id), `{"n":1}`, WriteOptions{})
 	}
 	copy0 := lease("0", 1, time.Minute)
@@ -120,6 +120,17 @@ func TestWriteGrantFromCopy(t *testing.T) {
 	got = write(holder, "3", `{"$set":{"n":2}}`, grant(stale, 2))
 	if want := entry("3"); !maps.Equal(got.Entry, want) {
 		t.Fatalf("entry after the copy's lease expired: %v, want Redis's %v", got.Entry, want)
+	}
+	// A write that carries a base (a second attempt, after NeedBase) may
+	// install it: from Redis, even with the copy's field still named.
+	copy5 := lease("5", 1, time.Minute)
+	stale = maps.Clone(copy5)
+	stale["f"] = "7.5"
+	o = grant(stale, 2)
+	o.HaveBase, o.Base = true, change.Doc{"id": []byte("5"), "n": []byte("1")}
+	got = write(holder, "5", `{"$set":{"n":2}}`, o)
+	if want := entry("5"); !maps.Equal(got.Entry, want) {
+		t.Fatalf("entry of a write with a base: %v, want Redis's %v", got.Entry, want)
 	}
 	// An increment is the script's to compute: from Redis.
 	copy4 := lease("4", 1, time.Minute)
