@@ -40,7 +40,8 @@ const Leased Outcome = Overflow + 1
 // writeScript. It runs before the write touches anything.
 var luaNearCheck = fmt.Sprintf("local LEASED = %d\n", replyLeased) + `
 local near_waiting = false -- near_check found a writer waiting for holders
-local near_own = false -- near_check found this holder's field: "expiry:gen"
+-- This holder's field as near_check found it (false: none).
+local near_own_exp, near_own_gen = false, false
 -- near_keys returns a document's partition tag and member from its
 -- partition's pending index ("<tag>pending") and its cache entry
 -- ("<tag>c:<member>"); its lease record is tag .. 'l:' .. member.
@@ -50,7 +51,7 @@ end
 local function near_check(pending, ck, hot)
   local tag, member = near_keys(pending, ck)
   local lk = tag .. 'l:' .. member
-  near_waiting, near_own = false, false
+  near_waiting, near_own_exp, near_own_gen = false, false, false
   local hs = redis.call('HGETALL', lk)
   if #hs > 0 then
     local now = tonumber(ms)
@@ -58,15 +59,15 @@ local function near_check(pending, ck, hot)
     for j = 1, #hs, 2 do
       local f, v = hs[j], hs[j + 1]
       if f == 'x' and tonumber(v) > now then near_waiting = true end
-      if f == holder then near_own = v end
       -- This sidecar's own lease does not hold the write up: its writer
       -- dropped its copy and refuses installs until the write is over.
-      if f ~= 'x' and f ~= holder then
-        local c = string.find(v, ':', 1, true)
-        local exp = tonumber(string.sub(v, 1, c - 1))
+      if f == holder then
+        near_own_exp, near_own_gen = lease_field(v)
+      elseif f ~= 'x' then
+        local exp, gen = lease_field(v)
         if exp > now then
           live[#live + 1] = f
-          live[#live + 1] = string.sub(v, c + 1)
+          live[#live + 1] = gen
           if exp > last then last = exp end
         end
       end
@@ -106,8 +107,7 @@ local function near_grant(pending, ck, gen, ttl, copygen)
   local tag, member = near_keys(pending, ck)
   if redis.call('EXISTS', tag .. 'h:' .. member) == 1 then return nil end
   local h = 1
-  local c = copygen and near_own and string.find(near_own, ':', 1, true)
-  if not (c and string.sub(near_own, c + 1) == copygen and tonumber(string.sub(near_own, 1, c - 1)) > tonumber(ms)) then
+  if not (copygen and near_own_gen == copygen and near_own_exp > tonumber(ms)) then
     h = redis.call('HGETALL', ck)
     if #h == 0 then return nil end
   end
@@ -137,8 +137,8 @@ end
 if redis.call('HLEN', KEYS[2]) >= 16 then
   local hs = redis.call('HGETALL', KEYS[2])
   for j = 1, #hs, 2 do
-    local c = string.find(hs[j + 1], ':', 1, true)
-    if c and tonumber(string.sub(hs[j + 1], 1, c - 1)) <= now then
+    local exp = lease_field(hs[j + 1])
+    if exp and exp <= now then
       redis.call('HDEL', KEYS[2], hs[j])
     end
   end
@@ -148,10 +148,7 @@ end
 -- expire before any of its copies.
 local exp = now + tonumber(ARGV[3])
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if cur then
-  local c = string.find(cur, ':', 1, true)
-  exp = math.max(exp, tonumber(string.sub(cur, 1, c - 1)))
-end
+if cur then exp = math.max(exp, (lease_field(cur))) end
 redis.call('HSET', KEYS[2], ARGV[1], exp .. ':' .. ARGV[2])
 return {1, h}
 `)
@@ -192,11 +189,10 @@ return 1
 var extendScript = redis.NewScript(luaEntry + `
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
-local c = string.find(cur, ':', 1, true)
-if string.sub(cur, c + 1) ~= ARGV[2] then return 0 end
+local was, gen = lease_field(cur)
+if gen ~= ARGV[2] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
 local now = now_ms()
-local was = tonumber(string.sub(cur, 1, c - 1))
 if was <= now then return 0 end
 local x = redis.call('HGET', KEYS[1], 'x')
 if x and tonumber(x) > now then return 3 end

@@ -18,6 +18,13 @@ local function entry_seq_ms(e)
   local q = string.find(e, '|', p + 1, true)
   return tonumber(string.sub(e, 1, p - 1)), tonumber(string.sub(e, p + 1, q - 1)), string.sub(e, q + 1, q + 1)
 end
+-- lease_field splits a holder's field of a lease record, "expiry:gen"
+-- (expiry in ms on Redis's clock); nil for the writers' mark 'x'.
+local function lease_field(v)
+  local c = string.find(v, ':', 1, true)
+  if not c then return nil end
+  return tonumber(string.sub(v, 1, c - 1)), string.sub(v, c + 1)
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -435,7 +442,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
     -- this call, no other operation, the entry kept). The caller asks only
     -- then; this holds the script to it. (A first attempt never carries a
     -- base: an attempt that asks for one deletes the holder's field.)
-    if not (only_sets and kind == 'U' and mode == 'u' and nbase == 0 and ARGV[a + 4] == '-') then copygen = nil end
+    if not (only_sets and kind == 'U' and mode == 'u' and ARGV[a + 4] == '-') then copygen = nil end
     entry = near_grant(pending, ck, grant, grantms, copygen)
   end
   if counting then return {s, added, removed, value, entry} end

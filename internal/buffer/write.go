@@ -149,8 +149,7 @@ type WriteResult struct {
 	// Entry is, for a Buffered write with Options.Grant, the cache entry
 	// the write left, on which it granted the lease (nil: none granted —
 	// no entry, a hot document, a writer waiting for holders).
-	Entry    map[string]string
-	fromCopy bool // parseWrite: Entry is to be computed from the copy (copyEntry)
+	Entry map[string]string
 }
 
 // Write buffers c for the document (coll, id) in one atomic step: it
@@ -227,24 +226,12 @@ func (b *Buffer) WriteBatch(ctx context.Context, reqs []WriteRequest) ([]WriteRe
 }
 
 func (b *Buffer) writeBatch(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
-	results, errs := b.writeBatchOnce(ctx, reqs)
-	for i := range results {
-		if r := &results[i]; r.fromCopy {
-			r.Entry, r.fromCopy = copyEntry(&reqs[i]), false
-		}
-	}
-	return results, errs
-}
-
-// writeBatchOnce runs a batch's writes, and again those that found their
-// partition's sequence missing.
-func (b *Buffer) writeBatchOnce(ctx context.Context, reqs []WriteRequest) ([]WriteResult, []error) {
 	results, errs := make([]WriteResult, len(reqs)), make([]error, len(reqs))
 	if len(reqs) == 0 {
 		return results, errs
 	}
 	calls := b.writeCalls(reqs)
-	b.runWrites(ctx, calls, results, errs)
+	b.runWrites(ctx, reqs, calls, results, errs)
 	// Writes that found their partition's sequence missing did nothing:
 	// recreate the sequences and run them again, one by one, in order.
 	var lost []int
@@ -263,7 +250,7 @@ func (b *Buffer) writeBatchOnce(ctx context.Context, reqs []WriteRequest) ([]Wri
 		return results, errs
 	}
 	for _, i := range lost {
-		b.runWrites(ctx, b.writeCalls(reqs[i:i+1]), results[i:i+1], errs[i:i+1])
+		b.runWrites(ctx, reqs[i:i+1], b.writeCalls(reqs[i:i+1]), results[i:i+1], errs[i:i+1])
 	}
 	return results, errs
 }
@@ -271,7 +258,7 @@ func (b *Buffer) writeBatchOnce(ctx context.Context, reqs []WriteRequest) ([]Wri
 // runWrites runs calls of writeScript (in one round trip on one Redis
 // node, with one WAIT for the replicas when they are required) and
 // settles their writes' results.
-func (b *Buffer) runWrites(ctx context.Context, calls []*writeCall, results []WriteResult, errs []error) {
+func (b *Buffer) runWrites(ctx context.Context, reqs []WriteRequest, calls []*writeCall, results []WriteResult, errs []error) {
 	rcalls := make([]rscript.Call, len(calls))
 	for i, wc := range calls {
 		rcalls[i] = rscript.Call{Script: writeScript, Keys: wc.keys, Args: wc.args}
@@ -283,7 +270,7 @@ func (b *Buffer) runWrites(ctx context.Context, calls []*writeCall, results []Wr
 			replErr = repls[i] // it concerns the buffered writes only
 		}
 		v, _ := replies[i].([]any)
-		b.settle(wc, v, replErr, cerrs[i], results, errs)
+		b.settle(reqs, wc, v, replErr, cerrs[i], results, errs)
 	}
 }
 
@@ -293,7 +280,7 @@ var errLostSeq = errors.New("buffer: write: the partition's sequence is missing"
 
 // settle records the outcome of a call of writeScript: err is the call's,
 // replErr (the replicas' answer) concerns the writes it buffered.
-func (b *Buffer) settle(wc *writeCall, replies []any, replErr, err error, results []WriteResult, errs []error) {
+func (b *Buffer) settle(reqs []WriteRequest, wc *writeCall, replies []any, replErr, err error, results []WriteResult, errs []error) {
 	if err == nil && len(replies) != len(wc.reqs) {
 		err = errors.New("malformed reply")
 	}
@@ -306,7 +293,7 @@ func (b *Buffer) settle(wc *writeCall, replies []any, replErr, err error, result
 			errs[i] = errLostSeq
 			continue
 		}
-		results[i], errs[i] = parseWrite(replies[k])
+		results[i], errs[i] = parseWrite(replies[k], &reqs[i])
 		if errs[i] == nil && results[i].Outcome == Buffered {
 			b.saw(wc.parts[k], results[i].Seq)
 			if replErr != nil {
@@ -512,8 +499,8 @@ func appendOpaque(args []any, f string, rs map[string]Replace) []any {
 	return append(args, "X", f, "0")
 }
 
-// parseWrite decodes writeScript's reply to one write.
-func parseWrite(reply any) (WriteResult, error) {
+// parseWrite decodes writeScript's reply to write r.
+func parseWrite(reply any, req *WriteRequest) (WriteResult, error) {
 	v, _ := reply.([]any)
 	if len(v) == 0 {
 		return WriteResult{}, errors.New("buffer: write: malformed reply")
@@ -553,7 +540,7 @@ func parseWrite(reply any) (WriteResult, error) {
 	// 1 instead says the entry is the writer's copy with its sets.
 	if len(v) == 2 || len(v) == 5 {
 		if n, ok := v[len(v)-1].(int64); ok && n == 1 {
-			r.fromCopy = true
+			r.Entry = copyEntry(req)
 		}
 		if h, ok := v[len(v)-1].([]any); ok {
 			r.Entry = make(map[string]string, len(h)/2)

@@ -89,7 +89,7 @@ func (s *Service) beginWrite(c *Collection, id string) *nearWrite {
 		return nil
 	}
 	w := &nearWrite{s: s, c: c, id: id}
-	w.held, w.copy = c.near.cache.BeginWriteCopy(id)
+	w.held, w.copy = c.near.cache.BeginWrite(id)
 	if w.held {
 		w.gen, w.sent = s.near.gen.Add(1), nearcache.Now()
 	}

@@ -68,18 +68,10 @@ type WriteOutcome struct {
 // installs of values read around it until its EndWrite. It reports whether
 // the document is read here — the write dropped a copy, or an overlapping
 // local write of the key did — so that the write asks for a lease on the
-// entry it leaves.
-func (c *Cache) BeginWrite(key string) bool {
-	held, _ := c.BeginWriteCopy(key)
-	return held
-}
-
-// BeginWriteCopy is BeginWrite that also returns the copy this write
-// dropped, if any (nil when an overlapping write dropped it, or there was
-// none): the write may ask for the value it leaves as that copy with its
-// changes (buffer.WriteOptions.Copy), since the copy was the latest value
-// for as long as its lease was live.
-func (c *Cache) BeginWriteCopy(key string) (held bool, copy *Entry) {
+// entry it leaves; and it returns the copy this write dropped, if any (nil
+// when an overlapping write dropped it, or there was none), of which the
+// value the write leaves may be computed (buffer.WriteOptions.Copy).
+func (c *Cache) BeginWrite(key string) (held bool, dropped *Entry) {
 	st := c.stripe(key)
 	st.writers.Add(1)
 	st.epoch.Add(1)
@@ -104,9 +96,9 @@ func (c *Cache) BeginWriteCopy(key string) (held bool, copy *Entry) {
 	held = g.held
 	st.mu.Unlock()
 	if ok && !e.hot {
-		copy = e
+		dropped = e
 	}
-	return held, copy
+	return held, dropped
 }
 
 // EndWrite ends a local write that BeginWrite began. When it is the last

@@ -40,12 +40,18 @@ func TestWriteGroups(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestCache(t)
-			if !c.Install(c.Ticket("a"), entry("0", 9)) {
+			copy0 := entry("0", 9)
+			if !c.Install(c.Ticket("a"), copy0) {
 				t.Fatal("install refused")
 			}
 			for i := range tc.ends {
-				if held := c.BeginWrite("a"); !held {
+				held, dropped := c.BeginWrite("a")
+				if !held {
 					t.Fatalf("write %d: BeginWrite says the document is not read here", i)
+				}
+				// Only the write that dropped the copy gets it.
+				if want := map[bool]*Entry{true: copy0, false: nil}[i == 0]; dropped != want {
+					t.Fatalf("write %d: BeginWrite dropped %v, want %v", i, dropped, want)
 				}
 				if _, ok := c.Get("a"); ok {
 					t.Fatalf("write %d: a copy is served while the key is written", i)
@@ -84,8 +90,8 @@ func TestWriteGroups(t *testing.T) {
 func TestWriteGroupAndANewWrite(t *testing.T) {
 	far := Now() + int64(time.Hour)
 	c := newTestCache(t)
-	if c.BeginWrite("a") {
-		t.Fatal("a write of a document with no copy is told it is read here")
+	if held, dropped := c.BeginWrite("a"); held || dropped != nil {
+		t.Fatalf("a write of a document with no copy: held %v, dropped %v", held, dropped)
 	}
 	c.EndWrite("a", WriteEnd{Seq: 1})
 	if !c.Install(c.Ticket("a"), NewEntry(map[string]string{"n": "0"}, 1, far)) {
@@ -95,8 +101,8 @@ func TestWriteGroupAndANewWrite(t *testing.T) {
 	c.BeginWrite("a")
 	c.EndWrite("a", WriteEnd{Entry: NewEntry(map[string]string{"n": "1"}, 1, far), Seq: 1, Gen: 1})
 	// A third write joins before the second ends: the group goes on.
-	if !c.BeginWrite("a") {
-		t.Fatal("a write joining a group that holds the document is not told it is read here")
+	if held, dropped := c.BeginWrite("a"); !held || dropped != nil {
+		t.Fatalf("a write joining a group that holds the document: held %v, dropped %v; want held, no copy", held, dropped)
 	}
 	if out := c.EndWrite("a", WriteEnd{Entry: NewEntry(map[string]string{"n": "2"}, 2, far), Seq: 2, Gen: 2}); out.Last {
 		t.Fatal("the group ended with a write in progress")
@@ -109,8 +115,8 @@ func TestWriteGroupAndANewWrite(t *testing.T) {
 		t.Fatalf("after the last write: %+v, Get = %v, %v", out, e, ok)
 	}
 	// A new group starts from the copy: held, and the copy is dropped.
-	if !c.BeginWrite("a") {
-		t.Fatal("a write of a held copy is not told it is read here")
+	if held, dropped := c.BeginWrite("a"); !held || dropped == nil || dropped.Hash["n"] != "3" {
+		t.Fatalf("a write of a held copy: held %v, dropped %v; want held, the copy", held, dropped)
 	}
 	if _, ok := c.Get("a"); ok {
 		t.Fatal("a copy is served while a write is in progress")
