@@ -14,6 +14,12 @@ BENCHFLAGS ?=
 FUZZ_TARGETS ?= ./internal/change:FuzzParse ./internal/resp:FuzzProtocol ./internal/sqlcheck:FuzzCheckDML
 FUZZTIME_SHORT ?= 15s
 FUZZTIME_LONG ?= 2m
+# How long the fuzzer may spend shrinking one input. Go's default (60s) is
+# spent on every input that finds new coverage, not only on failures: with a
+# 15s -fuzztime, FuzzProtocol (a TCP round trip per input) used to stop after
+# its first new input and fuzz nothing more ("0/sec"). A failing input is
+# written either way, smaller or not.
+FUZZMINIMIZETIME ?= 5s
 
 .DEFAULT_GOAL := build
 .PHONY: services build test test-near-off demo bench fuzz clean
@@ -90,8 +96,8 @@ define run_fuzz
 		corpus="$$pkg/testdata/fuzz/$$fn"; \
 		before="$$(ls "$$corpus" 2>/dev/null | sort)"; \
 		log="$$(mktemp)"; rc=0; \
-		echo "$(GO) test -run '^\$$' -fuzz '^$$fn\$$' -fuzztime $(1) $$pkg"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(1) "$$pkg" > "$$log" 2>&1 || rc=$$?; \
+		echo "$(GO) test -run '^\$$' -fuzz '^$$fn\$$' -fuzztime $(1) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(1) -fuzzminimizetime $(FUZZMINIMIZETIME) "$$pkg" > "$$log" 2>&1 || rc=$$?; \
 		cat "$$log"; \
 		if [ "$$rc" -ne 0 ]; then \
 			if [ "$$before" = "$$(ls "$$corpus" 2>/dev/null | sort)" ] && grep -qx '    context deadline exceeded' "$$log"; then \
