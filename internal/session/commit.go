@@ -133,7 +133,7 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 	}
 	p := &plan{fam: f, queue: req.Queue, part: s.keys.Partition(req.Queue), stmts: req.Statements}
 	for i, st := range req.Statements {
-		if err := checkStatement(f, i, st); err != nil {
+		if err := s.checkStatement(f, i, st); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -84,6 +86,7 @@ type Service struct {
 	base   *metrics.Metrics
 	log    *slog.Logger
 	wakes  wakeups // of requests waiting for leases this process releases
+	valid  checked // statements CheckDML accepted
 
 	// Applier applies queue prefixes for misses; set before serving.
 	Applier PrefixApplier
@@ -386,10 +389,17 @@ func (s *Service) checkQueue(q string) (*Family, error) {
 	return f, nil
 }
 
-// checkStatement validates one statement against a family.
-func checkStatement(f *Family, i int, st store.Statement) error {
-	if _, err := sqlcheck.CheckDML(sqlcheck.Dialect(f.Store.Dialect()), st.SQL, f.Tables, len(st.Args)); err != nil {
-		return invalid("statements[%d]: %v", i, err)
+// checkStatement validates one statement against a family. A statement
+// text that was accepted before with as many arguments is not parsed
+// again (see checked): an application sends the same few texts over and
+// over, with different arguments, which are checked every time.
+func (s *Service) checkStatement(f *Family, i int, st store.Statement) error {
+	k := checkedKey{family: f.Name, sql: st.SQL, nargs: len(st.Args)}
+	if !s.valid.has(k) {
+		if _, err := sqlcheck.CheckDML(sqlcheck.Dialect(f.Store.Dialect()), st.SQL, f.Tables, len(st.Args)); err != nil {
+			return invalid("statements[%d]: %v", i, err)
+		}
+		s.valid.add(k)
 	}
 	for j, a := range st.Args {
 		if !json.Valid(a) {
@@ -397,4 +407,40 @@ func checkStatement(f *Family, i int, st store.Statement) error {
 		}
 	}
 	return nil
+}
+
+// checked remembers statements CheckDML accepted, up to maxChecked of them
+// no longer than maxCheckedSQL bytes each: a client sending ever new texts
+// (or refused ones, which are never remembered) gets each one parsed, and
+// the memory stays bounded. A family's tables come from the configuration
+// and do not change while the service runs, so an accepted text stays
+// acceptable.
+type checked struct {
+	m sync.Map // checkedKey → struct{}
+	n atomic.Int64
+}
+
+type checkedKey struct {
+	family string
+	sql    string
+	nargs  int
+}
+
+const (
+	maxChecked    = 4096
+	maxCheckedSQL = 4096
+)
+
+func (c *checked) has(k checkedKey) bool {
+	_, ok := c.m.Load(k)
+	return ok
+}
+
+func (c *checked) add(k checkedKey) {
+	if len(k.sql) > maxCheckedSQL || c.n.Load() >= maxChecked {
+		return
+	}
+	if _, loaded := c.m.LoadOrStore(k, struct{}{}); !loaded {
+		c.n.Add(1)
+	}
 }

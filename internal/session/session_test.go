@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -265,5 +266,58 @@ func TestEntryText(t *testing.T) {
 		if _, _, _, ok := parseEntry(bad); ok {
 			t.Errorf("parseEntry(%q) accepted", bad)
 		}
+	}
+}
+
+// TestCheckedStatements: a statement text accepted once is not parsed
+// again, but only with as many arguments and for the same family; a refused
+// text stays refused however often it comes; and the memory of accepted
+// texts is bounded.
+func TestCheckedStatements(t *testing.T) {
+	w := newWorld(t)
+	f := w.svc.fams["f"]
+	arg := json.RawMessage(`1`)
+	ok := store.Statement{SQL: "UPDATE t SET a = $1", Args: []json.RawMessage{arg}}
+	for range 3 {
+		if err := w.svc.checkStatement(f, 0, ok); err != nil {
+			t.Fatalf("an accepted statement, again: %v", err)
+		}
+	}
+	if !w.svc.valid.has(checkedKey{family: "f", sql: ok.SQL, nargs: 1}) {
+		t.Fatal("an accepted statement is not remembered")
+	}
+	// The same text with another number of arguments is checked anew.
+	two := store.Statement{SQL: ok.SQL, Args: []json.RawMessage{arg, arg}}
+	for range 2 {
+		if err := w.svc.checkStatement(f, 0, two); err == nil {
+			t.Fatal("a statement with more arguments than placeholders was accepted")
+		}
+	}
+	// Remembering a text does not exempt its arguments.
+	bad := store.Statement{SQL: ok.SQL, Args: []json.RawMessage{json.RawMessage(`{`)}}
+	if err := w.svc.checkStatement(f, 0, bad); err == nil {
+		t.Fatal("an invalid argument of a remembered statement was accepted")
+	}
+	refused := store.Statement{SQL: "DELETE FROM u"}
+	for range 2 {
+		if err := w.svc.checkStatement(f, 0, refused); err == nil {
+			t.Fatal("a statement on an undeclared table was accepted")
+		}
+	}
+	if w.svc.valid.has(checkedKey{family: "f", sql: refused.SQL}) {
+		t.Fatal("a refused statement is remembered")
+	}
+	// Another family (here: of other tables) checks for itself.
+	g := &Family{Name: "g", Store: f.Store, Tables: []string{"u"}}
+	if err := w.svc.checkStatement(g, 0, ok); err == nil {
+		t.Fatal("a text accepted for one family was accepted for a family without its table")
+	}
+	var c checked
+	for i := range maxChecked + 10 {
+		c.add(checkedKey{family: "f", sql: fmt.Sprintf("UPDATE t SET a = %d", i)})
+	}
+	c.add(checkedKey{family: "f", sql: strings.Repeat(" ", maxCheckedSQL+1)})
+	if n := c.n.Load(); n != maxChecked {
+		t.Errorf("remembered %d statements, want the bound %d", n, maxChecked)
 	}
 }
