@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/writeback/writeback/internal/gopool"
 )
 
 // maxCombined bounds the writes one combined round carries.
@@ -102,6 +104,6 @@ func (b *Buffer) endRound(ctx context.Context) {
 	}
 	b.comb.mu.Unlock()
 	if more {
-		go b.round(ctx)
+		gopool.Go(func() { b.round(ctx) })
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/document"
+	"github.com/writeback/writeback/internal/gopool"
 	"github.com/writeback/writeback/internal/nearcache"
 )
 
@@ -373,7 +374,7 @@ func (c *conn) schedule(j *job) {
 	case len(deps) == 0 && j.fw != nil:
 		c.writes = append(c.writes, j)
 	default:
-		go c.runAlone(j, deps)
+		gopool.Go(func() { c.runAlone(j, deps) })
 	}
 }
 
@@ -467,12 +468,12 @@ func (c *conn) dispatch() {
 	if len(c.reads) > 0 {
 		rs := c.reads
 		c.reads = nil
-		go c.execReads(rs)
+		gopool.Go(func() { c.execReads(rs) })
 	}
 	if len(c.writes) > 0 {
 		ws := c.writes
 		c.writes = nil
-		go c.execWrites(ws)
+		gopool.Go(func() { c.execWrites(ws) })
 	}
 }
 
