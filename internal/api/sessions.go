@@ -45,28 +45,54 @@ type sessionHandler struct {
 	s Sessions
 }
 
-// sessionError maps the session package's errors to the error model.
+// sessionError maps the session package's errors to the error model;
+// any other error is returned as it is, for writeError to classify and log.
 func sessionError(w http.ResponseWriter, err error) error {
+	if f, ok := sessionFailure(err); ok {
+		return &Error{Status: f.Status, Code: f.Code, Msg: f.Msg, Retry: f.Retry == document.RetrySafe}
+	}
+	return err
+}
+
+// SessionFailure is how the API answers an error of the session service
+// (the session package's own errors, then document.Classify's), so that
+// the embedded mode (pkg/writeback) answers exactly as the endpoints do.
+func SessionFailure(err error) document.Failure {
+	if f, ok := sessionFailure(err); ok {
+		return f
+	}
+	return document.Classify(err)
+}
+
+// sessionFailure classifies the session package's own errors; ok is false
+// for any other error.
+func sessionFailure(err error) (f document.Failure, ok bool) {
 	var (
+		ne *session.NotAppliedError
 		ie *session.InvalidError
 		ae *session.AbortedError
 		qe *session.QueueStoppedError
 	)
+	// A NotAppliedError first: it wraps why applying failed, which may be
+	// a QueueStoppedError, but the session is committed.
 	switch {
+	case errors.As(err, &ne):
+		return document.Failure{Status: http.StatusInternalServerError, Code: "buffered", Msg: notAppliedMsg(ne), Retry: document.RetryBuffered,
+			Log: "a write-through session is committed but not applied"}, true
 	case errors.As(err, &ie):
-		return apiError(http.StatusBadRequest, "invalid_argument", ie.Msg)
+		return document.Failure{Status: http.StatusBadRequest, Code: "invalid_argument", Msg: ie.Msg}, true
 	case errors.As(err, &ae):
-		return apiError(http.StatusConflict, "aborted", ae.Error())
+		return document.Failure{Status: http.StatusConflict, Code: "aborted", Msg: ae.Error(), Retry: document.RetrySafe}, true
 	case errors.As(err, &qe):
-		return apiError(http.StatusServiceUnavailable, "unavailable", qe.Error())
+		return document.Failure{Status: http.StatusServiceUnavailable, Code: "unavailable", Msg: qe.Error(), Retry: document.RetrySafe}, true
 	case errors.Is(err, session.ErrUnknownSession):
-		return apiError(http.StatusNotFound, "not_found", "unknown session: it never existed, timed out, or already committed or aborted")
+		return document.Failure{Status: http.StatusNotFound, Code: "not_found", Msg: "unknown session: it never existed, timed out, or already committed or aborted"}, true
 	case errors.Is(err, session.ErrNoMapping):
-		return apiError(http.StatusNotFound, "not_found", "no mapping matches the key; configure one under mappings")
+		return document.Failure{Status: http.StatusNotFound, Code: "not_found", Msg: "no mapping matches the key; configure one under mappings"}, true
 	case errors.Is(err, session.ErrNotFound):
-		return apiError(http.StatusNotFound, "not_found", "the key has no value")
+		return document.Failure{Status: http.StatusNotFound, Code: "not_found", Msg: "the key has no value"}, true
 	}
-	return err
+	return document.Failure{}, false
 }
 
 func (sh *sessionHandler) begin(w http.ResponseWriter, r *http.Request) error {
@@ -156,7 +182,7 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 		res, err := sh.s.Service.Commit(r.Context(), id, req)
 		var ne *session.NotAppliedError
 		if errors.As(err, &ne) {
-			return sh.notApplied(r, ne)
+			sh.h.log.Warn("a write-through session is committed but not applied", "queue", ne.Queue, "seq", ne.Seq, "session", ne.Session, "err", ne.Err)
 		}
 		if err != nil {
 			return sessionError(w, err)
@@ -178,12 +204,11 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// notApplied answers a write-through commit that is committed in its queue
-// but not applied: 500 buffered, retry false and no Retry-After, since
-// committing the session again would apply it twice; the appliers apply it
-// in order.
-func (sh *sessionHandler) notApplied(r *http.Request, ne *session.NotAppliedError) error {
-	sh.h.log.Warn("a write-through session is committed but not applied", "queue", ne.Queue, "seq", ne.Seq, "session", ne.Session, "err", ne.Err)
+// notAppliedMsg is the answer to a write-through commit that is committed
+// in its queue but not applied: 500 buffered, retry false and no
+// Retry-After, since committing the session again would apply it twice;
+// the appliers apply it in order.
+func notAppliedMsg(ne *session.NotAppliedError) string {
 	var qe *session.QueueStoppedError
 	why := "the store is unavailable"
 	switch {
@@ -194,8 +219,7 @@ func (sh *sessionHandler) notApplied(r *http.Request, ne *session.NotAppliedErro
 	case store.IsPermanent(ne.Err):
 		why = "the store rejected a session (" + document.StoreReason(ne.Err) + ")"
 	}
-	return apiError(http.StatusInternalServerError, "buffered", fmt.Sprintf(
-		"the session is committed in queue %s as seq %d but not yet applied to the store, because %s; the appliers will apply it, so do not commit it again", ne.Queue, ne.Seq, why))
+	return fmt.Sprintf("the session is committed in queue %s as seq %d but not yet applied to the store, because %s; the appliers will apply it, so do not commit it again", ne.Queue, ne.Seq, why)
 }
 
 func (sh *sessionHandler) status(w http.ResponseWriter, r *http.Request) error {

@@ -44,7 +44,7 @@ type Server struct {
 	respLn  net.Listener
 	debug   *http.Server // nil when debugListen is empty
 	debugLn net.Listener
-	sess    *sessions // Design 2: sessions, queues, mappings
+	sess    *Sessions // Design 2: sessions, queues, mappings
 }
 
 // New assembles the sidecar's Core (NewCore), its sessions and front
@@ -62,10 +62,9 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		}
 	}()
 	wb := cfg.Writeback
-	if err := s.newSessions(ctx, reg); err != nil {
+	if s.sess, err = NewSessions(ctx, core, reg); err != nil {
 		return nil, err
 	}
-	s.pinned = s.sess.pinned.Load
 	h := api.New(api.Options{
 		Token:        cfg.Auth.Token,
 		AdminToken:   cfg.Auth.AdminToken,
@@ -276,7 +275,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopApp()
 	var wg sync.WaitGroup
 	s.Start(appCtx, &wg, true)
-	s.sess.run(appCtx, &wg)
+	s.sess.Run(appCtx, &wg, true)
 	errc := make(chan error, 2)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	if s.resp != nil {
@@ -325,7 +324,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) close() {
-	s.sess.close()
+	s.sess.Close()
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}

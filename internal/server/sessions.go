@@ -19,9 +19,10 @@ import (
 	_ "github.com/writeback/writeback/mappings/standard" // the built-in mapping plugins
 )
 
-// sessions is the Design 2 part of a sidecar: sessions, their queues and
-// the appliers of those, and the mappings.
-type sessions struct {
+// Sessions is the Design 2 part of a member, a sidecar and an application
+// embedding writeback (pkg/writeback) alike: the session service, its
+// queues and their applier (run or not), and the mappings.
+type Sessions struct {
 	svc  *session.Service
 	q    *session.Queues
 	app  *bgt.QueueApplier
@@ -32,38 +33,41 @@ type sessions struct {
 	pinned atomic.Int64
 }
 
-// newSessions builds the Design 2 part from the queues and mappings of the
-// configuration (both may be empty: the endpoints then serve nothing).
-func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) error {
-	cfg := s.cfg
+// NewSessions builds the Design 2 part of core's member from the queues
+// and mappings of its configuration (both may be empty: the sessions then
+// serve nothing), and counts the queues' pinned bytes toward core's
+// pinned memory limit. Call it before core.Start; Close runs the mappings'
+// Cleanup.
+func NewSessions(ctx context.Context, core *Core, reg prometheus.Registerer) (*Sessions, error) {
+	cfg := core.cfg
 	fams := map[string]*session.Family{}
 	families := map[string]string{}
 	for name, qc := range cfg.Queues {
-		ss, ok := store.Sessions(s.stores[qc.Store])
+		ss, ok := store.Sessions(core.stores[qc.Store])
 		if !ok {
-			return fmt.Errorf("queues.%s.store: store %s cannot apply sessions; use a postgres or mysql store", name, qc.Store)
+			return nil, fmt.Errorf("queues.%s.store: store %s cannot apply sessions; use a postgres or mysql store", name, qc.Store)
 		}
 		if qc.Role != "" {
 			if err := ss.CheckRole(ctx, qc.Role); err != nil {
-				return fmt.Errorf("queues.%s.role: %w", name, err)
+				return nil, fmt.Errorf("queues.%s.role: %w", name, err)
 			}
 		}
 		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables, Role: qc.Role, WriteThrough: qc.WriteThrough()}
 		families[name] = qc.Store
 	}
 	mstores := map[string]mappings.Store{}
-	for name, st := range s.stores {
+	for name, st := range core.stores {
 		if ss, ok := store.Sessions(st); ok {
 			mstores[name] = ss
 		}
 	}
-	maps, err := mappings.Default.Load(mappings.Context{Context: ctx, Stores: mstores, Queues: families, Logger: s.log}, cfg.Mappings)
+	maps, err := mappings.Default.Load(mappings.Context{Context: ctx, Stores: mstores, Queues: families, Logger: core.log}, cfg.Mappings)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wb := cfg.Writeback
 	sm := metrics.NewSessions(reg)
-	svc := session.New(s.rdb, session.Config{
+	svc := session.New(core.rdb, session.Config{
 		Prefix:         cfg.Redis.KeyPrefix,
 		Partitions:     wb.Partitions,
 		LeaseLifetime:  wb.LeaseLifetime.Duration,
@@ -71,9 +75,9 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		SessionTimeout: wb.SessionTimeout.Duration,
 		Replicas:       cfg.Redis.Replicas,
 		ReplicaTimeout: replicaTimeout,
-		InSync:         s.inSync,
-	}, fams, maps, sm, s.m, s.log)
-	q := session.NewQueues(s.rdb, svc.Keys())
+		InSync:         core.inSync,
+	}, fams, maps, sm, core.m, core.log)
+	q := session.NewQueues(core.rdb, svc.Keys())
 	app := bgt.NewQueueApplier(bgt.QueueConfig{
 		InstanceID:   wb.InstanceID,
 		Workers:      wb.Workers,
@@ -83,26 +87,32 @@ func (s *Server) newSessions(ctx context.Context, reg prometheus.Registerer) err
 		MaxRetries:   wb.MaxRetries,
 		RetryBackoff: wb.RetryBackoff.Duration,
 		CompactEvery: wb.SessionCompaction.Duration,
-	}, q, s.buf, fams, sm, s.log)
+	}, q, core.buf, fams, sm, core.log)
 	if err := app.Prepare(ctx); err != nil {
 		_ = maps.Cleanup()
-		return err
+		return nil, err
 	}
 	svc.Applier = app
-	svc.Fallback = s.svc.Fallback
-	s.sess = &sessions{svc: svc, q: q, app: app, maps: maps, m: sm}
-	return nil
+	svc.Fallback = core.svc.Fallback
+	ss := &Sessions{svc: svc, q: q, app: app, maps: maps, m: sm}
+	core.pinned = ss.pinned.Load
+	return ss, nil
 }
 
+// Service is the member's session service.
+func (ss *Sessions) Service() *session.Service { return ss.svc }
+
 // register adds the session endpoints to the API.
-func (ss *sessions) register(h *api.Handler) {
+func (ss *Sessions) register(h *api.Handler) {
 	h.RegisterSessions(api.Sessions{Service: ss.svc, Queues: ss.q, Applier: ss.app})
 }
 
-// run applies the queues (when any family is configured) and keeps the
-// session gauges fresh until ctx is done.
-func (ss *sessions) run(ctx context.Context, wg *sync.WaitGroup) {
-	if len(ss.svc.Families()) > 0 {
+// Run keeps the session gauges (and the pinned bytes that count toward the
+// pinned memory limit) fresh until ctx is done and, with appliers and at
+// least one family configured, applies the queues; wg counts the
+// goroutines.
+func (ss *Sessions) Run(ctx context.Context, wg *sync.WaitGroup, appliers bool) {
+	if appliers && len(ss.svc.Families()) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -131,8 +141,9 @@ func (ss *sessions) run(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// close runs the mappings' Cleanup.
-func (ss *sessions) close() {
+// Close runs the mappings' Cleanup. Call it after the goroutines of Run
+// have returned, before the Core's Close.
+func (ss *Sessions) Close() {
 	if ss != nil {
 		_ = ss.maps.Cleanup()
 	}

@@ -14,9 +14,18 @@
 // collections, nearCache settings included: the simplest way is to load
 // the sidecars' YAML file (Options.ConfigFile).
 //
-// Its methods have the signatures of pkg/client's (Documents), and its
-// errors are *client.Error classified as the HTTP API's answers, so that
-// client.IsNotFound, client.IsAborted, client.IsRetrySafe … work on both.
+// A DB also runs sessions (Design 2) in-process when the configuration has
+// queues and mappings: it reads mapped cache entries under the same leases
+// and commits into the same queues as the sidecars, whose session service
+// (internal/server.Sessions) it builds from the same Core. A session begun
+// on a DB lives in Redis like a sidecar's, so it conflicts with theirs as
+// theirs conflict with each other. The queue appliers too run here only
+// with Options.Appliers.
+//
+// Its methods have the signatures of pkg/client's (Documents, Sessions),
+// and its errors are *client.Error classified as the HTTP API's answers,
+// so that client.IsNotFound, client.IsAborted, client.IsRetrySafe … work
+// on both.
 package writeback
 
 import (
@@ -30,12 +39,14 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/server"
+	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/pkg/client"
 )
 
@@ -88,24 +99,28 @@ type Options struct {
 // ErrClosed is the error of every call after Close.
 var ErrClosed = errors.New("writeback: the DB is closed")
 
-// DB is an embedded member: the documents API in-process. It is safe for
-// concurrent use.
+// DB is an embedded member: the documents and sessions APIs in-process.
+// It is safe for concurrent use.
 type DB struct {
-	core *server.Core
-	svc  *document.Service
-	log  *slog.Logger
+	core     *server.Core
+	svc      *document.Service
+	sessions *server.Sessions
+	sess     *session.Service
+	log      *slog.Logger
 
 	mu     sync.RWMutex // calls hold it shared; Close exclusively
 	closed bool
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the core's goroutines
+	wg     sync.WaitGroup // the core's and the sessions' goroutines
 	once   sync.Once
 }
 
 // Open loads the configuration, connects to Redis and the stores, joins the
 // coherence protocol (subscribing to the member's channel before any lease
-// is taken) and, with Options.Appliers, starts the appliers. A bad setting
-// is refused with one sentence per problem saying what to fix.
+// is taken), builds the sessions of the configuration's queues and mappings
+// and, with Options.Appliers, starts the appliers of the buffer and of the
+// queues. A bad setting is refused with one sentence per problem saying
+// what to fix.
 func Open(ctx context.Context, o Options) (*DB, error) {
 	cfg, err := loadConfig(o)
 	if err != nil {
@@ -123,10 +138,16 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writeback: %w", err)
 	}
-	db := &DB{core: core, svc: core.Service(), log: log}
+	sessions, err := server.NewSessions(ctx, core, reg)
+	if err != nil {
+		core.Close()
+		return nil, fmt.Errorf("writeback: %w", err)
+	}
+	db := &DB{core: core, svc: core.Service(), sessions: sessions, sess: sessions.Service(), log: log}
 	runCtx, cancel := context.WithCancel(context.Background())
 	db.cancel = cancel
 	core.Start(runCtx, &db.wg, o.Appliers)
+	sessions.Run(runCtx, &db.wg, o.Appliers)
 	return db, nil
 }
 
@@ -157,8 +178,8 @@ func loadConfig(o Options) (*config.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("writeback: the configuration is not usable: %w", err)
 	}
-	if len(cfg.Collections) == 0 {
-		return nil, errors.New("writeback: the configuration has no collections; add collections.<name> with its store, table and key")
+	if len(cfg.Collections) == 0 && len(cfg.Queues) == 0 && len(cfg.Mappings) == 0 {
+		return nil, errors.New("writeback: the configuration has no collections, queues or mappings; add collections.<name> with its store, table and key, or queues and mappings for sessions")
 	}
 	return cfg, nil
 }
@@ -416,9 +437,11 @@ func (db *DB) Scan(ctx context.Context, coll, from string, limit int) ([]json.Ra
 
 // Close leaves the protocol cleanly: it waits for the calls in flight,
 // stops the appliers (they finish their batch and give their partitions
-// back), drops the near-cache copies and gives their leases back, so that
-// no writer waits for them, and closes the connections. Later calls fail
-// with ErrClosed. It is idempotent.
+// back), runs the mappings' Cleanup, drops the near-cache copies and gives
+// their leases back, so that no writer waits for them, and closes the
+// connections. Sessions begun here and not committed stay in Redis until
+// they time out (writeback.sessionTimeout), as a sidecar's do when it
+// stops. Later calls fail with ErrClosed. It is idempotent.
 func (db *DB) Close() error {
 	db.once.Do(func() {
 		db.mu.Lock()
@@ -426,6 +449,7 @@ func (db *DB) Close() error {
 		db.mu.Unlock()
 		db.cancel()
 		db.wg.Wait()
+		db.sessions.Close()
 		db.core.Close()
 	})
 	return nil
@@ -434,14 +458,24 @@ func (db *DB) Close() error {
 // fail turns a document service error into the HTTP API's answer, as a
 // *client.Error whose Cause is err, and logs what the API would log.
 func (db *DB) fail(err error) error {
-	f := document.Classify(err)
+	return db.answer(document.Classify(err), err)
+}
+
+// answer renders a Failure as the HTTP client returns the API's answer (a
+// retry-safe one with the API's Retry-After of 1 s), with err as Cause,
+// and logs what the API would log.
+func (db *DB) answer(f document.Failure, err error) error {
 	switch {
 	case f.Internal:
 		db.log.Error(f.Log, "err", err)
 	case f.Log != "":
 		db.log.Warn(f.Log, "err", err)
 	}
-	return &client.Error{StatusCode: f.Status, Code: f.Code, Message: f.Msg, Retry: f.Retry == document.RetrySafe, Cause: err}
+	e := &client.Error{StatusCode: f.Status, Code: f.Code, Message: f.Msg, Retry: f.Retry == document.RetrySafe, Cause: err}
+	if e.Retry {
+		e.RetryAfter = time.Second
+	}
+	return e
 }
 
 // invalid is a 400 invalid_argument answer.
