@@ -10,11 +10,14 @@ import (
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/pkg/writeback"
 )
 
 // Policies are the policies TPC-C compares: the database alone, and
-// sessions through a sidecar whose queue family writes through or back.
-var Policies = []string{bench.Database, bench.WriteThrough, bench.WriteBack}
+// sessions through a sidecar whose queue family writes through or back,
+// over HTTP, or write-back in the benchmark's own process (an embedded
+// member, pkg/writeback, beside the sidecar that runs the appliers).
+var Policies = []string{bench.Database, bench.WriteThrough, bench.WriteBack, bench.WriteBackEmbedded}
 
 // Options are one policy's benchmark.
 type Options struct {
@@ -105,7 +108,11 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 			}
 			fmt.Fprintf(o.Log, "[tpcc %s] warmed the cache: read %d entries in %.1fs\n", o.Policy, n, time.Since(began).Seconds())
 		}
-		ro.Exec, ro.Memory = &SessionExecutor{Client: sc.Client, Store: o.Store}, SessionMemory(sc)
+		var sessions writeback.Sessions = sc.Client
+		if sc.Embedded != nil {
+			sessions = sc.Embedded
+		}
+		ro.Exec, ro.Memory = &SessionExecutor{Client: sessions, Store: o.Store}, SessionMemory(sc)
 		if out.Result, err = Run(ctx, ro); err != nil {
 			return out, err
 		}

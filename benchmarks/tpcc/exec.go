@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/writeback/writeback/pkg/client"
+	"github.com/writeback/writeback/pkg/writeback"
 )
 
 // DBExecutor runs each transaction as a PostgreSQL transaction through
@@ -162,12 +163,14 @@ func (t *dbTx) Commit(ctx context.Context, _ string) error {
 
 func (t *dbTx) Rollback(ctx context.Context) { _ = t.tx.Rollback(context.WithoutCancel(ctx)) }
 
-// SessionExecutor runs each transaction as a session of a sidecar: reads
-// through GET /v1/cache/{key}, the statements and cache changes in the
-// commit, into the warehouse's queue. On a MySQL store the statements are
+// SessionExecutor runs each transaction as a session: reads of mapped
+// cache entries (GET /v1/cache), the statements and cache changes in the
+// commit, into the warehouse's queue. The sessions go to a sidecar over
+// HTTP (a *client.Client) or to an embedded member in-process (a
+// *writeback.DB): both answer the same. On a MySQL store the statements are
 // translated to its dialect (MyStatement) before they are committed.
 type SessionExecutor struct {
-	Client *client.Client
+	Client writeback.Sessions
 	Store  string // Postgres (default) or MySQL: the dialect of the statements
 }
 
@@ -184,7 +187,7 @@ func (e *SessionExecutor) Retryable(err error) bool { return client.IsAborted(er
 func (e *SessionExecutor) Close() error { return nil }
 
 type sessionTx struct {
-	c      *client.Client
+	c      writeback.Sessions
 	mysql  bool // statements in MySQL's dialect
 	sid    string
 	commit client.Commit

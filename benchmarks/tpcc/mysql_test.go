@@ -62,7 +62,7 @@ func TestMyStatement(t *testing.T) {
 // committed work; then it breaks the database as a wrong applier or a lost
 // session would and checks that Check, on MariaDB, says so.
 func TestSmokeMySQL(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dsn := smokeMyDSN(t)
 	redis := testenv.RedisAddr(t)

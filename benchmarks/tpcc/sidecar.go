@@ -2,6 +2,7 @@ package tpcc
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
@@ -10,7 +11,11 @@ import (
 
 // SidecarOptions configure the sidecar a session policy runs through.
 type SidecarOptions struct {
-	Policy    string // bench.WriteBack or bench.WriteThrough: the queue family's policy
+	// Policy is bench.WriteBack or bench.WriteThrough, the queue family's
+	// policy, or bench.WriteBackEmbedded: write-back, and an embedded
+	// member (the sidecar's Embedded, without appliers) on the same
+	// configuration for the terminals' sessions.
+	Policy    string
 	Store     string // Postgres (default) or MySQL
 	DSN       string // the TPC-C database
 	RedisAddr string
@@ -23,10 +28,15 @@ type SidecarOptions struct {
 // the queue family tpcc over the nine tables, with the given policy, and
 // the mappings of Mappings, their queries translated to MySQL's dialect on
 // MySQL (MyMappingQuery). (The sidecar also needs one collection: item,
-// which no run writes through it.)
+// which no run writes through it.) The sidecar runs the appliers; with
+// bench.WriteBackEmbedded so does no embedded member.
 func StartSidecar(ctx context.Context, o SidecarOptions) (*sidecar.Sidecar, error) {
+	collPolicy, ok := bench.Sidecar(o.Policy)
+	if !ok || o.Policy == bench.WriteAround || o.Policy == bench.WriteBackRESP {
+		return nil, fmt.Errorf("tpcc: policy %q has no sessions; use %s, %s or %s", o.Policy, bench.WriteThrough, bench.WriteBack, bench.WriteBackEmbedded)
+	}
 	policy := config.PolicyWriteBack
-	if o.Policy == bench.WriteThrough {
+	if collPolicy == bench.WriteThrough {
 		policy = config.PolicyWriteThrough
 	}
 	if o.Store == "" {
@@ -45,7 +55,8 @@ func StartSidecar(ctx context.Context, o SidecarOptions) (*sidecar.Sidecar, erro
 		mappings = append(mappings, c)
 	}
 	return sidecar.Start(ctx, sidecar.Options{
-		Policy:     o.Policy,
+		Policy:     collPolicy,
+		Embedded:   o.Policy == bench.WriteBackEmbedded,
 		Driver:     o.Store,
 		DSN:        o.DSN,
 		RedisAddr:  o.RedisAddr,

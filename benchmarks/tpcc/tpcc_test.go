@@ -3,6 +3,7 @@ package tpcc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -112,6 +113,53 @@ func TestSmokeWriteBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSmokeWriteBackEmbedded runs the tiny TPC-C of TestSmokeWriteBack as
+// write-back sessions of an embedded member (the sidecar running the
+// appliers): conditions 1–5, 7, 10 and the committed work hold after the
+// flush, as for write-back over HTTP, and the sessions did not go through
+// the sidecar's HTTP API.
+func TestSmokeWriteBackEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Second)
+	defer cancel()
+	dsn := smokeDSN(t)
+	s := Scale{Warehouses: 2, Items: 1000, Customers: 30}
+	var log strings.Builder
+	var lines int
+	var requests float64
+	out, err := Bench(ctx, Options{Policy: bench.WriteBackEmbedded, DSN: dsn, RedisAddr: testenv.RedisAddr(t), Scale: s, Terminals: 3,
+		Duration: 3 * time.Second, Seed: 7, Log: io.Writer(&log),
+		AfterFlush: func(ctx context.Context, sc *sidecar.Sidecar) (err error) {
+			if sc.Embedded == nil {
+				return errors.New("the write-back-embedded sidecar has no embedded member")
+			}
+			if requests, _, err = sc.Metric("writeback_requests_total"); err != nil {
+				return err
+			}
+			lines, err = sameOrderLines(ctx, sc, Postgres, dsn, s)
+			return err
+		}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if err := out.Check.Err(); err != nil {
+		t.Fatalf("after a write-back-embedded run and a flush: %v\n%s", err, log.String())
+	}
+	if len(out.Check.Checked) != 8 || lines == 0 {
+		t.Errorf("checked %v and %d orders' lines, want conditions 1-5, 7, 10, the committed work and some lines", out.Check.Checked, lines)
+	}
+	no := out.Kinds[NewOrder.String()]
+	if out.Work.NewOrders < 10 || out.Work.Payments < 10 || no.Committed == 0 || out.TpmC <= 0 {
+		t.Fatalf("the workload barely ran: %+v\n%s", out.Result, log.String())
+	}
+	// Over HTTP every transaction is at least two requests; embedded, the
+	// sidecar serves only the warm-up's reads, the memory samples and the
+	// flush.
+	if txs := float64(out.Work.NewOrders + out.Work.Payments); requests >= txs {
+		t.Errorf("the sidecar served %.0f HTTP requests for %.0f New-Orders and Payments: the sessions went over HTTP", requests, txs)
+	}
+	t.Logf("%.0f tpmC, %d New-Orders, %d Payments, %d sessions flushed, %.0f HTTP requests", out.TpmC, out.Work.NewOrders, out.Work.Payments, out.Flushed, requests)
 }
 
 // Damage in SQL both stores take, on the district with the most

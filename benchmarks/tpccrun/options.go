@@ -37,7 +37,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.latency, "store-latency", 0, "delay added each way between the benchmark (the database alone's transactions, the sidecar's commits, misses and appliers) "+
 		"and the store by an in-process toxiproxy, whole milliseconds (e.g. 1ms); 0: direct. The load and the checks go direct; Redis stays local")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address of the sidecar")
-	policies := fs.String("policies", strings.Join(tpcc.Policies, ","), "policies to compare: database, write-through, write-back")
+	policies := fs.String("policies", strings.Join(tpcc.Policies, ","), "policies to compare: database, write-through, write-back (sessions over HTTP), write-back-embedded (write-back sessions in-process through pkg/writeback, the sidecar running the appliers)")
 	fs.IntVar(&o.warehouses, "warehouses", 2, "warehouses (W)")
 	fs.IntVar(&o.terminals, "terminals", 10, "terminals per warehouse, without keying or think times")
 	fs.IntVar(&o.items, "items", 100000, "items (the specification: 100000; fewer is a deviation for quick runs)")

@@ -86,7 +86,7 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	for _, r := range rep.Policies {
 		tpm[r.Policy] = r.TpmC
 	}
-	for _, pair := range [][2]string{{bench.WriteBack, bench.Database}, {bench.WriteBack, bench.WriteThrough}, {bench.WriteThrough, bench.Database}} {
+	for _, pair := range [][2]string{{bench.WriteBack, bench.Database}, {bench.WriteBack, bench.WriteThrough}, {bench.WriteThrough, bench.Database}, {bench.WriteBackEmbedded, bench.Database}, {bench.WriteBackEmbedded, bench.WriteBack}} {
 		a, okA := tpm[pair[0]]
 		b, okB := tpm[pair[1]]
 		if okA && okB {
