@@ -1,8 +1,9 @@
 // Package server assembles a sidecar from its configuration: the Redis
 // client, the stores, the buffer, the appliers, the document service, the
-// HTTP API and the Redis-protocol front door, and runs them until its
-// context ends, then shuts them down in order (stop accepting, finish
-// in-flight requests, release ownership).
+// sessions, the HTTP API and the Redis-protocol front door, and runs them
+// until its context ends, then shuts them down in order (stop accepting,
+// finish in-flight requests, release ownership). Core and Sessions are the
+// parts an embedded member (pkg/writeback) assembles too.
 package server
 
 import (
