@@ -105,8 +105,7 @@ func (db *DB) BeginCacheMany(ctx context.Context, keys []string, forUpdate bool)
 }
 
 // cacheMany runs a multi-read; an empty list of keys is refused as the
-// HTTP API refuses it, and a JSON null value is nil, as the HTTP client
-// returns it.
+// HTTP API refuses it.
 func (db *DB) cacheMany(ctx context.Context, keys []string, read func(context.Context) ([]json.RawMessage, error)) ([]json.RawMessage, error) {
 	if len(keys) == 0 {
 		return nil, invalid("name the keys to read: a multi-read of no key reads nothing")
@@ -119,11 +118,6 @@ func (db *DB) cacheMany(ctx context.Context, keys []string, read func(context.Co
 	vals, err := read(ctx)
 	if err != nil {
 		return nil, db.sessionFail(err)
-	}
-	for i, v := range vals {
-		if string(v) == "null" {
-			vals[i] = nil
-		}
 	}
 	return vals, nil
 }
