@@ -317,10 +317,11 @@ func (t *sessionTx) Rollback(ctx context.Context) {
 	}
 }
 
-// IsNotApplied reports whether err is a write-through commit's 503 that
-// says the session is committed in its queue but not yet applied: it
-// counts as committed (the appliers apply it), and must not be retried.
+// IsNotApplied reports whether err is a write-through commit's 500
+// buffered that says the session is committed in its queue but not yet
+// applied: it counts as committed (the appliers apply it), and must not be
+// retried.
 func IsNotApplied(err error) bool {
 	var e *client.Error
-	return errors.As(err, &e) && e.StatusCode == 503 && strings.Contains(e.Message, "is committed in queue")
+	return errors.As(err, &e) && e.Code == client.CodeBuffered && strings.Contains(e.Message, "is committed in queue")
 }

@@ -66,7 +66,8 @@ func (e *QueueStoppedError) Error() string {
 
 // NotAppliedError says a write-through commit is committed in its queue
 // (durable in Redis, at Seq) but the store has not applied it yet: the
-// appliers will, in order, so the client must not commit it again (503).
+// appliers will, in order, so the client must not commit it again (HTTP
+// 500 buffered: durable, not retry-safe).
 type NotAppliedError struct {
 	Session string
 	Queue   string
