@@ -1,6 +1,7 @@
 package tpcc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -262,7 +263,7 @@ func (t *sessionTx) fetchInto(ctx context.Context, l Lease, reads []Read, into f
 }
 
 func decodeJSON(raw []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(v)
 }
