@@ -219,7 +219,13 @@ func (a *QueueApplier) round(ctx context.Context, parts []int) (more bool) {
 
 // noteResult keeps a queue's failure count and backoff, and logs a
 // failure: at error level once, when it failed errorLogAt times in a row.
+// A lost race with another applier is not a failure: the other applied
+// sessions of the queue, and the next round reads what is left at once.
 func (a *QueueApplier) noteResult(queue string, err error) {
+	if store.IsConcurrentApply(err) {
+		a.log.Debug("another applier applied sessions of this queue first; reading its head again", "queue", queue)
+		err = nil
+	}
 	n := a.note([]string{queue}, err)
 	if err == nil {
 		return

@@ -313,3 +313,68 @@ func TestCompactAppliedSessions(t *testing.T) {
 		}
 	})
 }
+
+// racingStore is the queue family's real store, except that its first
+// lose batches are applied as another member's applier would apply them,
+// and this applier is told it lost the race (store.ErrConcurrentApply).
+type racingStore struct {
+	store.SessionStore
+	lose  int
+	calls int
+}
+
+func (s *racingStore) ApplySessions(ctx context.Context, sessions []store.Session) ([]bool, error) {
+	s.calls++
+	if s.lose == 0 {
+		return s.SessionStore.ApplySessions(ctx, sessions)
+	}
+	s.lose--
+	if _, err := s.SessionStore.ApplySessions(ctx, sessions); err != nil {
+		return nil, err
+	}
+	return nil, &store.Error{Err: store.ErrConcurrentApply}
+}
+
+// A lost race with another applier is progress, not a failure: a miss's
+// ApplyThrough reads the queue again at once however many races it loses
+// in a row (more than the failures it rides out), and the background
+// applier neither backs the queue off nor counts a failure. Each session
+// is still applied once.
+func TestQueueLostRaceIsNotAFailure(t *testing.T) {
+	eachSessionStore(t, func(t *testing.T, driver string) {
+		w := newQueueWorld(t, driver, 1)
+		fam := w.svc.Families()[w.family]
+		rs := &racingStore{SessionStore: fam.Store, lose: applyThroughAttempts + 2}
+		fam.Store = rs
+		for v := int64(1); v <= 3; v++ {
+			w.commit(t, "a", 1, v)
+		}
+		if err := w.app.ApplyThrough(context.Background(), w.family+"/a", 3); err != nil {
+			t.Fatalf("ApplyThrough after %d lost races: %v", applyThroughAttempts+2, err)
+		}
+		if v := w.value(t, 1); v != 3 {
+			t.Errorf("v = %d, want 3", v)
+		}
+		if n := w.appliedRows(t); n != 3 {
+			t.Errorf("%d applied records, want 3 (each session once)", n)
+		}
+
+		queue := w.family + "/b"
+		w.commit(t, "b", 2, 5)
+		rs.lose = 1
+		_, _, err := w.app.applyQueue(context.Background(), queue, 0)
+		if !store.IsConcurrentApply(err) {
+			t.Fatalf("applying queue b: %v, want the lost race", err)
+		}
+		w.app.noteResult(queue, err)
+		if n := w.app.failed([]string{queue}); n != 0 {
+			t.Errorf("a lost race counted as %d failures", n)
+		}
+		if err := w.app.ApplyThrough(context.Background(), queue, 1); err != nil {
+			t.Fatal(err)
+		}
+		if v := w.value(t, 2); v != 5 {
+			t.Errorf("queue b: v = %d, want 5", v)
+		}
+	})
+}

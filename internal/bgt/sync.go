@@ -148,11 +148,17 @@ func (a *Applier) flushCut(res FlushResult) FlushResult {
 // while applying a queue prefix (a racing applier's commit, a deadlock).
 const applyThroughAttempts = 5
 
+// maxLostRaces bounds the races a miss may lose in a row while applying a
+// queue prefix before one more counts as a failure. Each lost race is
+// another applier's progress through the same prefix, so the bound is
+// only a guard against a store that keeps saying so without it.
+const maxLostRaces = 64
+
 // ApplyThrough applies queue's sessions up to and including seq (a miss on
 // a key whose mapping names seq). A stopped queue in the way is a
 // *session.QueueStoppedError.
 func (a *QueueApplier) ApplyThrough(ctx context.Context, queue string, seq int64) error {
-	failures := 0
+	failures, lost := 0, 0
 	for {
 		stopped, err := a.q.IsStopped(ctx, queue)
 		if err != nil {
@@ -172,6 +178,12 @@ func (a *QueueApplier) ApplyThrough(ctx context.Context, queue string, seq int64
 			return fmt.Errorf("bgt: queue %s is not configured here", queue)
 		}
 		if _, _, err := a.applyQueue(ctx, queue, seq); err != nil {
+			// A lost race means another applier applied sessions of the
+			// prefix: read the head again at once.
+			if store.IsConcurrentApply(err) && ctx.Err() == nil && lost < maxLostRaces {
+				lost++
+				continue
+			}
 			if failures++; failures >= applyThroughAttempts || ctx.Err() != nil {
 				return err
 			}

@@ -113,9 +113,15 @@ func FailedSession(err error) (int, bool) {
 	return 0, false
 }
 
-// errConcurrentApply is the transient error of a lost race between two
-// appliers of the same sessions.
-var errConcurrentApply = errors.New("store: another applier applied some of these sessions concurrently; retry")
+// ErrConcurrentApply is the transient error of a lost race between two
+// appliers of the same sessions (members of one deployment, or a miss and
+// the queue's owner): the other one applied some of them, so the queue
+// moved on, and reading its head again finds what is left.
+var ErrConcurrentApply = errors.New("store: another applier applied some of these sessions concurrently; retry")
+
+// IsConcurrentApply reports whether err is a lost race of ApplySessions
+// (ErrConcurrentApply): progress, not a failure.
+func IsConcurrentApply(err error) bool { return errors.Is(err, ErrConcurrentApply) }
 
 // sessionStmtError wraps a database error of statement stmt of session i.
 func sessionStmtError(sessions []Session, i, stmt int, err error, permanent func(error) bool) error {

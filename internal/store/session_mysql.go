@@ -168,7 +168,7 @@ func (s *myStore) applySessionsStepwise(ctx context.Context, sessions []Session)
 	if _, err := tx.ExecContext(ctx, ins.String(), ins.args...); err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1062 {
-			return nil, &Error{Err: errConcurrentApply}
+			return nil, &Error{Err: ErrConcurrentApply}
 		}
 		return nil, wrapErr("apply sessions: record applied sessions", err, myPermanent)
 	}

@@ -127,7 +127,7 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 	if _, err := br.Exec(); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" {
-			return nil, &Error{Err: errConcurrentApply}
+			return nil, &Error{Err: ErrConcurrentApply}
 		}
 		return nil, wrapErr("apply sessions: record applied sessions", err, pgPermanent)
 	}
