@@ -229,13 +229,13 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 // and Commit returns its result with a NotAppliedError.
 func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	start := time.Now()
-	read, age, err := s.record(ctx, id)
+	pl, planErr := s.plan(req)
+	read, age, cur, err := s.recordAndEntries(ctx, id, pl)
 	if err != nil {
 		return CommitResult{}, err
 	}
-	pl, err := s.plan(req)
-	if err != nil {
-		return CommitResult{}, err
+	if planErr != nil {
+		return CommitResult{}, planErr
 	}
 	groups := s.byPartition(read)
 	fail := func(err error) (CommitResult, error) {
@@ -263,7 +263,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		s.m.CommitDuration.Observe(time.Since(start).Seconds())
 		return CommitResult{Session: id}, nil
 	}
-	seq, err := s.commitQueue(ctx, id, age, pl, read, groups[pl.part])
+	seq, err := s.commitQueue(ctx, id, age, pl, read, groups[pl.part], cur)
 	if err != nil {
 		return fail(err)
 	}
@@ -286,6 +286,44 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	}
 	s.m.CommitDuration.Observe(time.Since(start).Seconds())
 	return res, nil
+}
+
+// recordAndEntries reads the session's record (see record) and, when pl
+// patches entries, their current values (as commitQueue's first attempt
+// reads them), in one round trip: they do not depend on each other. The
+// values are only the first attempt's guess: the commit script compares
+// each with the entry it finds, and a changed one makes commitQueue read
+// them again. cur is nil when pl patches nothing (or is nil).
+func (s *Service) recordAndEntries(ctx context.Context, id string, pl *plan) (read map[string]string, age int64, cur []any, err error) {
+	var entries []string
+	if pl != nil {
+		for _, w := range pl.writes {
+			if w.patch != nil {
+				entries = make([]string, len(pl.writes))
+				for i, w := range pl.writes {
+					entries[i] = s.keys.Entry(pl.part, w.key)
+				}
+				break
+			}
+		}
+	}
+	if entries == nil || !validID(id) {
+		read, age, err = s.record(ctx, id)
+		return read, age, nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	rec := pipe.HGetAll(ctx, s.keys.Record(id))
+	mget := pipe.MGet(ctx, entries...)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, nil, fmt.Errorf("session: %w", err)
+	}
+	if read, age, err = parseRecord(rec.Val()); err != nil {
+		return nil, 0, nil, err
+	}
+	if cur, err = mget.Result(); err != nil && !errors.Is(err, redis.Nil) {
+		cur = nil // commitQueue reads them itself
+	}
+	return read, age, cur, nil
 }
 
 // applyThrough applies queue through seq for a write-through commit.
@@ -314,7 +352,7 @@ const maxCASRetries = 16
 // good, or the session's lease was voided. When an older session's X lease
 // refuses a key, the session waits for its own X lease there (acquireX,
 // which adds the key to read) and runs the script again.
-func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *plan, read map[string]string, inPart []string) (int64, error) {
+func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *plan, read map[string]string, inPart []string, first []any) (int64, error) {
 	p := pl.part
 	changed := map[string]bool{}
 	for _, w := range pl.writes {
@@ -351,7 +389,10 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 	cas := 0
 	for attempt := 1; ; attempt++ {
 		cur := make([]any, len(pl.writes))
-		if patched {
+		switch {
+		case patched && attempt == 1 && first != nil:
+			cur = first // read with the session's record
+		case patched:
 			if cur, err = s.rdb.MGet(ctx, entries...).Result(); err != nil && !errors.Is(err, redis.Nil) {
 				return 0, fmt.Errorf("session: commit: %w", err)
 			}

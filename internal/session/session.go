@@ -194,7 +194,9 @@ func (s *Service) resolve(key string) (ref, error) {
 	return r, nil
 }
 
-// the session's start (its age for the wound-wait rule).
+// record reads session id's record: the keys it read under leases, each
+// with its lease mode, and the session's start (its age for the wound-wait
+// rule).
 func (s *Service) record(ctx context.Context, id string) (map[string]string, int64, error) {
 	if !validID(id) {
 		return nil, 0, ErrUnknownSession
@@ -203,6 +205,12 @@ func (s *Service) record(ctx context.Context, id string) (map[string]string, int
 	if err != nil {
 		return nil, 0, fmt.Errorf("session: %w", err)
 	}
+	return parseRecord(h)
+}
+
+// parseRecord returns the keys and age of a session record read with
+// HGETALL (see record).
+func parseRecord(h map[string]string) (map[string]string, int64, error) {
 	if len(h) == 0 {
 		return nil, 0, ErrUnknownSession
 	}

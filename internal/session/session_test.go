@@ -321,3 +321,71 @@ func TestCheckedStatements(t *testing.T) {
 		t.Errorf("remembered %d statements, want the bound %d", n, maxChecked)
 	}
 }
+
+// roundTrips counts the round trips a client makes: a command or a
+// pipeline each.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestCommitPatchReadsWithRecord: a commit that patches an entry reads the
+// session's record and the entry in one round trip (three in all with the
+// commit script and the record's removal), and the entry it read is only
+// a guess: one that changed before the commit script ran is read again,
+// and the patch applies to the value the script finds.
+func TestCommitPatchReadsWithRecord(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.commitSet(t, "k:1:a", `{"n":1,"s":"x"}`)
+	rt := &roundTrips{}
+	w.rdb.AddHook(rt)
+	id, err := w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Patch: json.RawMessage(`{"$inc":{"n":1}}`)}}}
+	before := rt.n.Load()
+	if _, err := w.svc.Commit(ctx, id, patch); err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.n.Load() - before; n != 3 {
+		t.Errorf("a patching commit made %d round trips, want 3 (record and entry, commit, forget)", n)
+	}
+	entry := func() string {
+		t.Helper()
+		v, err := w.rdb.Get(ctx, w.svc.keys.Entry(w.svc.keys.Partition("f/1"), "k:1:a")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got := entry(); !strings.Contains(got, `"n":2`) {
+		t.Fatalf("entry %s after one $inc, want n 2", got)
+	}
+
+	// A stale first guess: the script refuses it, the entry is read again.
+	pl, err := w.svc.plan(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err = w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, age, err := w.svc.record(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, []any{`{"n":1,"s":"x"}`}); err != nil {
+		t.Fatal(err)
+	}
+	if got := entry(); !strings.Contains(got, `"n":3`) || !strings.Contains(got, `"s":"x"`) {
+		t.Errorf("entry %s after a commit that guessed n 1, want n 3 (the $inc on the entry the script found)", got)
+	}
+}
