@@ -37,30 +37,10 @@ func TestSmokeWriteBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Second)
 	defer cancel()
 	dsn := smokeDSN(t)
-	s := Scale{Warehouses: 2, Items: 1000, Customers: 30}
-	var log strings.Builder
-	var lines int
-	out, err := Bench(ctx, Options{Policy: bench.WriteBack, DSN: dsn, RedisAddr: testenv.RedisAddr(t), Scale: s, Terminals: 3,
-		Duration: 3 * time.Second, Seed: 7, Log: io.Writer(&log),
-		AfterFlush: func(ctx context.Context, sc *sidecar.Sidecar) (err error) {
-			lines, err = sameOrderLines(ctx, sc, Postgres, dsn, s)
-			return err
-		}})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
-	if err := out.Check.Err(); err != nil {
-		t.Fatalf("after a write-back run and a flush: %v\n%s", err, log.String())
-	}
-	if lines == 0 {
-		t.Errorf("no order of the run was compared with its lines' entry")
-	}
-	if len(out.Check.Checked) != 8 {
-		t.Errorf("checked %v, want conditions 1-5, 7, 10 and the committed work", out.Check.Checked)
-	}
+	out, log := smokeRun(ctx, t, bench.WriteBack, dsn, nil)
 	no, pay := out.Kinds[NewOrder.String()], out.Kinds[Payment.String()]
 	if out.Work.NewOrders < 10 || out.Work.Payments < 10 || no.Committed == 0 || no.Latency.Count == 0 || out.TpmC <= 0 || pay.Latency.P90 <= 0 {
-		t.Fatalf("the workload barely ran: %+v\n%s", out.Result, log.String())
+		t.Fatalf("the workload barely ran: %+v\n%s", out.Result, log)
 	}
 	t.Logf("%.0f tpmC, %d New-Orders, %d Payments, %d sessions flushed", out.TpmC, out.Work.NewOrders, out.Work.Payments, out.Flushed)
 
@@ -100,7 +80,7 @@ func TestSmokeWriteBack(t *testing.T) {
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			res, err := Check(ctx, db, s, out.Work)
+			res, err := Check(ctx, db, smokeScale, out.Work)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,34 +104,17 @@ func TestSmokeWriteBackEmbedded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Second)
 	defer cancel()
 	dsn := smokeDSN(t)
-	s := Scale{Warehouses: 2, Items: 1000, Customers: 30}
-	var log strings.Builder
-	var lines int
 	var requests float64
-	out, err := Bench(ctx, Options{Policy: bench.WriteBackEmbedded, DSN: dsn, RedisAddr: testenv.RedisAddr(t), Scale: s, Terminals: 3,
-		Duration: 3 * time.Second, Seed: 7, Log: io.Writer(&log),
-		AfterFlush: func(ctx context.Context, sc *sidecar.Sidecar) (err error) {
-			if sc.Embedded == nil {
-				return errors.New("the write-back-embedded sidecar has no embedded member")
-			}
-			if requests, _, err = sc.Metric("writeback_requests_total"); err != nil {
-				return err
-			}
-			lines, err = sameOrderLines(ctx, sc, Postgres, dsn, s)
-			return err
-		}})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
-	if err := out.Check.Err(); err != nil {
-		t.Fatalf("after a write-back-embedded run and a flush: %v\n%s", err, log.String())
-	}
-	if len(out.Check.Checked) != 8 || lines == 0 {
-		t.Errorf("checked %v and %d orders' lines, want conditions 1-5, 7, 10, the committed work and some lines", out.Check.Checked, lines)
-	}
+	out, log := smokeRun(ctx, t, bench.WriteBackEmbedded, dsn, func(sc *sidecar.Sidecar) (err error) {
+		if sc.Embedded == nil {
+			return errors.New("the write-back-embedded sidecar has no embedded member")
+		}
+		requests, _, err = sc.Metric("writeback_requests_total")
+		return err
+	})
 	no := out.Kinds[NewOrder.String()]
 	if out.Work.NewOrders < 10 || out.Work.Payments < 10 || no.Committed == 0 || out.TpmC <= 0 {
-		t.Fatalf("the workload barely ran: %+v\n%s", out.Result, log.String())
+		t.Fatalf("the workload barely ran: %+v\n%s", out.Result, log)
 	}
 	// Over HTTP every transaction is at least two requests; embedded, the
 	// sidecar serves only the warm-up's reads, the memory samples and the
@@ -160,6 +123,42 @@ func TestSmokeWriteBackEmbedded(t *testing.T) {
 		t.Errorf("the sidecar served %.0f HTTP requests for %.0f New-Orders and Payments: the sessions went over HTTP", requests, txs)
 	}
 	t.Logf("%.0f tpmC, %d New-Orders, %d Payments, %d sessions flushed, %.0f HTTP requests", out.TpmC, out.Work.NewOrders, out.Work.Payments, out.Flushed, requests)
+}
+
+// smokeScale is the smoke tests' tiny TPC-C: two warehouses, so that
+// remote stock and remote customers cross queues.
+var smokeScale = Scale{Warehouses: 2, Items: 1000, Customers: 30}
+
+// smokeRun runs the smoke tests' TPC-C under policy on PostgreSQL and
+// fails the test unless, after the flush, conditions 1–5, 7, 10 and the
+// committed work hold and some order of the run matches its lines' entry;
+// after, when not nil, looks at the sidecar after the flush. It returns the
+// run and its log.
+func smokeRun(ctx context.Context, t *testing.T, policy, dsn string, after func(*sidecar.Sidecar) error) (Outcome, string) {
+	t.Helper()
+	var log strings.Builder
+	var lines int
+	out, err := Bench(ctx, Options{Policy: policy, DSN: dsn, RedisAddr: testenv.RedisAddr(t), Scale: smokeScale, Terminals: 3,
+		Duration: 3 * time.Second, Seed: 7, Log: io.Writer(&log),
+		AfterFlush: func(ctx context.Context, sc *sidecar.Sidecar) (err error) {
+			if after != nil {
+				if err := after(sc); err != nil {
+					return err
+				}
+			}
+			lines, err = sameOrderLines(ctx, sc, Postgres, dsn, smokeScale)
+			return err
+		}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if err := out.Check.Err(); err != nil {
+		t.Fatalf("after a %s run and a flush: %v\n%s", policy, err, log.String())
+	}
+	if len(out.Check.Checked) != 8 || lines == 0 {
+		t.Errorf("checked %v and %d orders' lines, want conditions 1-5, 7, 10, the committed work and some lines", out.Check.Checked, lines)
+	}
+	return out, log.String()
 }
 
 // Damage in SQL both stores take, on the district with the most

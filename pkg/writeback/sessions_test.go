@@ -11,8 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/writeback/writeback/internal/config"
-	"github.com/writeback/writeback/internal/server"
 	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/internal/testenv"
 	"github.com/writeback/writeback/pkg/client"
@@ -75,28 +73,7 @@ func (b *bank) member(t *testing.T, appliers bool) *writeback.DB {
 // client of its HTTP API.
 func (b *bank) sidecar(t *testing.T) *client.Client {
 	t.Helper()
-	cfg, err := config.Parse("test", b.yaml(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Writeback.InstanceID = testenv.UniqueName(t, "sidecar")
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(context.Background(), cfg, prometheus.NewRegistry(), quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sidecar Run: %v", err)
-		}
-	})
-	return client.New(srv.Addr())
+	return runSidecar(t, b.yaml(t))
 }
 
 func (b *bank) key(branch, id int) string { return fmt.Sprintf("%s:acct:%d:%d", b.fam, branch, id) }

@@ -90,7 +90,14 @@ func (f *fixture) open(t *testing.T, lease time.Duration, appliers bool, reg *pr
 // returns a client of its HTTP API.
 func (f *fixture) sidecar(t *testing.T, lease time.Duration) *client.Client {
 	t.Helper()
-	cfg, err := config.Parse("test", f.yaml(t, lease))
+	return runSidecar(t, f.yaml(t, lease))
+}
+
+// runSidecar runs a sidecar on the YAML configuration y, with an instance
+// id of its own, until the test ends, and returns a client of its HTTP API.
+func runSidecar(t *testing.T, y []byte) *client.Client {
+	t.Helper()
+	cfg, err := config.Parse("test", y)
 	if err != nil {
 		t.Fatal(err)
 	}
