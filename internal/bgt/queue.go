@@ -211,7 +211,9 @@ func (a *QueueApplier) round(ctx context.Context, parts []int) (more bool) {
 			}
 			_, full, err := a.applyQueue(context.WithoutCancel(ctx), queue, 0)
 			a.noteResult(queue, err)
-			more = more || (full && err == nil)
+			// After a lost race the queue has moved on: read what is left
+			// in the next round, not after a poll.
+			more = more || (full && err == nil) || store.IsConcurrentApply(err)
 		}
 	}
 	return more

@@ -437,6 +437,8 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 			if err := sleep(ctx, lease.Backoff(time.Millisecond, s.cfg.LeaseLifetime/8, attempt)); err != nil {
 				return 0, err
 			}
+		case code == -4:
+			return 0, ErrUnknownSession // committed by a concurrent commit of the same session
 		case code == -3:
 			if cas++; cas > maxCASRetries {
 				i, _ := v[1].(int64)

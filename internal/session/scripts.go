@@ -139,7 +139,10 @@ return done
 // Returns {seq}; {-1, "voided", i} when the session lost its lease on key
 // i (1-based over written then read keys); {-2, conflict, i} when an X
 // lease is refused (an older session's X: the caller waits for it; a
-// golden S); {-3, i} when entry i is not the expected one. X leases of
+// golden S); {-3, i} when entry i is not the expected one; {-4} when the
+// session is already committed (its object exists: a concurrent commit of
+// the same session, which read its record before the other forgot it,
+// must not queue it twice). X leases of
 // younger sessions are wounded (lease_judge). The commit's X leases last
 // one step, so it does not queue behind the keys' waiters.
 var commitScript = redis.NewScript(lease.Lua + `
@@ -167,6 +170,7 @@ for j = 1, nr do
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
   if not lease_held(ls, sid) then return {-1, 'voided', nw + j} end
 end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {-4} end
 local seq = redis.call('INCR', KEYS[3])
 local entry = seq .. '|' .. now .. '|' .. sid
 redis.call('SET', KEYS[4], ARGV[3])

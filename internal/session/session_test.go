@@ -389,3 +389,35 @@ func TestCommitPatchReadsWithRecord(t *testing.T) {
 		t.Errorf("entry %s after a commit that guessed n 1, want n 3 (the $inc on the entry the script found)", got)
 	}
 }
+
+// TestCommitTwiceQueuesOnce: two commits of one session that both read its
+// record before either forgot it (concurrent requests with the same id; a
+// session that read nothing under a lease has no lease to lose) queue it
+// once: the second finds it committed and answers ErrUnknownSession.
+func TestCommitTwiceQueuesOnce(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	id, err := w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := w.svc.plan(CommitRequest{Queue: "f/1",
+		Statements: []store.Statement{{SQL: "UPDATE t SET a = $1", Args: []json.RawMessage{json.RawMessage(`1`)}}},
+		Affects:    []string{"k:1:a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, age, err := w.svc.record(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); err != nil || seq <= 0 {
+		t.Fatalf("first commit: seq %d, %v", seq, err)
+	}
+	if _, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("second commit of the same session: %v, want ErrUnknownSession", err)
+	}
+	if n, err := w.rdb.LLen(ctx, w.svc.keys.Queue(pl.part, "f/1")).Result(); err != nil || n != 1 {
+		t.Errorf("the queue holds %d sessions (%v), want 1", n, err)
+	}
+}
