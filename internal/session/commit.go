@@ -113,6 +113,17 @@ func (p *plan) keys() []string {
 	return out
 }
 
+// entries returns the entry keys of p's writes, and whether one of them is
+// a patch (computed from the entry it finds).
+func (p *plan) entries(k Keys) (entries []string, patched bool) {
+	entries = make([]string, len(p.writes))
+	for i, w := range p.writes {
+		entries[i] = k.Entry(p.part, w.key)
+		patched = patched || w.patch != nil
+	}
+	return entries, patched
+}
+
 // plan validates a commit request; nil for a session that only read.
 func (s *Service) plan(req CommitRequest) (*plan, error) {
 	if req.Queue == "" {
@@ -297,14 +308,8 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 func (s *Service) recordAndEntries(ctx context.Context, id string, pl *plan) (read map[string]string, age int64, cur []any, err error) {
 	var entries []string
 	if pl != nil {
-		for _, w := range pl.writes {
-			if w.patch != nil {
-				entries = make([]string, len(pl.writes))
-				for i, w := range pl.writes {
-					entries[i] = s.keys.Entry(pl.part, w.key)
-				}
-				break
-			}
+		if e, patched := pl.entries(s.keys); patched {
+			entries = e
 		}
 	}
 	if entries == nil || !validID(id) {
@@ -369,12 +374,9 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 		return 0, err
 	}
 	keys := []string{s.keys.Registry(p), s.keys.Queue(p, pl.queue), s.keys.Counter(p, pl.queue), s.keys.Object(p, id), s.keys.Stats(p)}
-	var entries []string // of the patched keys, read before each attempt
-	patched := false
+	entries, patched := pl.entries(s.keys) // read before each attempt when patched
 	for _, w := range pl.writes {
 		keys = append(keys, s.keys.Lease(p, w.key), s.keys.Entry(p, w.key), s.keys.Mapping(p, w.key))
-		entries = append(entries, s.keys.Entry(p, w.key))
-		patched = patched || w.patch != nil
 	}
 	for _, k := range readOnly {
 		keys = append(keys, s.keys.Lease(p, k), s.keys.Entry(p, k))

@@ -51,7 +51,7 @@ func (db *DB) BeginSession(ctx context.Context) (string, error) {
 		return "", ErrClosed
 	}
 	defer done()
-	id, err := db.sess.Begin(ctx)
+	id, err := db.sessions.Service().Begin(ctx)
 	if err != nil {
 		return "", db.sessionFail(err)
 	}
@@ -67,7 +67,7 @@ func (db *DB) Cache(ctx context.Context, key, session string, forUpdate bool) (j
 		return nil, ErrClosed
 	}
 	defer done()
-	v, err := db.sess.Read(ctx, session, key, forUpdate)
+	v, err := db.sessions.Service().Read(ctx, session, key, forUpdate)
 	if err != nil {
 		return nil, db.sessionFail(err)
 	}
@@ -85,7 +85,7 @@ func (db *DB) CacheMany(ctx context.Context, keys []string, session string, forU
 		return vals, err
 	}
 	return db.cacheMany(ctx, keys, func(ctx context.Context) ([]json.RawMessage, error) {
-		return db.sess.ReadMany(ctx, session, keys, forUpdate)
+		return db.sessions.Service().ReadMany(ctx, session, keys, forUpdate)
 	})
 }
 
@@ -95,7 +95,7 @@ func (db *DB) CacheMany(ctx context.Context, keys []string, session string, forU
 func (db *DB) BeginCacheMany(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error) {
 	var id string
 	vals, err := db.cacheMany(ctx, keys, func(ctx context.Context) (vals []json.RawMessage, err error) {
-		id, vals, err = db.sess.BeginRead(ctx, keys, forUpdate)
+		id, vals, err = db.sessions.Service().BeginRead(ctx, keys, forUpdate)
 		return vals, err
 	})
 	if err != nil {
@@ -125,7 +125,7 @@ func (db *DB) cacheMany(ctx context.Context, keys []string, read func(context.Co
 // ValidateSession makes the session's S leases golden: no writer can void
 // them until it commits, aborts or they expire.
 func (db *DB) ValidateSession(ctx context.Context, session string) error {
-	return db.sessionAct(ctx, session, db.sess.Validate)
+	return db.sessionAct(ctx, session, db.sessions.Service().Validate)
 }
 
 // CommitSession commits a session; once it returns, the session is durable
@@ -142,7 +142,7 @@ func (db *DB) CommitSession(ctx context.Context, session string, commit client.C
 		return client.CommitResult{}, ErrClosed
 	}
 	defer done()
-	res, err := db.sess.Commit(ctx, session, req)
+	res, err := db.sessions.Service().Commit(ctx, session, req)
 	if err != nil {
 		return client.CommitResult{}, db.sessionFail(err)
 	}
@@ -151,7 +151,7 @@ func (db *DB) CommitSession(ctx context.Context, session string, commit client.C
 
 // AbortSession releases a session's leases.
 func (db *DB) AbortSession(ctx context.Context, session string) error {
-	return db.sessionAct(ctx, session, db.sess.Abort)
+	return db.sessionAct(ctx, session, db.sessions.Service().Abort)
 }
 
 // sessionAct runs a call on one session that answers nothing but an error.

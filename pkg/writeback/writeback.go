@@ -46,7 +46,6 @@ import (
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/server"
-	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/pkg/client"
 )
 
@@ -105,7 +104,6 @@ type DB struct {
 	core     *server.Core
 	svc      *document.Service
 	sessions *server.Sessions
-	sess     *session.Service
 	log      *slog.Logger
 
 	mu     sync.RWMutex // calls hold it shared; Close exclusively
@@ -143,7 +141,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		core.Close()
 		return nil, fmt.Errorf("writeback: %w", err)
 	}
-	db := &DB{core: core, svc: core.Service(), sessions: sessions, sess: sessions.Service(), log: log}
+	db := &DB{core: core, svc: core.Service(), sessions: sessions, log: log}
 	runCtx, cancel := context.WithCancel(context.Background())
 	db.cancel = cancel
 	core.Start(runCtx, &db.wg, o.Appliers)
