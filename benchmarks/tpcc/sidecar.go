@@ -64,7 +64,14 @@ func StartSidecar(ctx context.Context, o SidecarOptions) (*sidecar.Sidecar, erro
 		Key:        "i_id",
 		PrefixBase: "tpcc",
 		Configure: func(c *config.Config) {
-			c.Queues = map[string]config.Queue{Family: {Store: "db", Tables: Tables, Policy: policy}}
+			// Serial: the warehouses' queues share rows. A Payment goes to
+			// its customer's warehouse's queue (it changes the customer's
+			// entry) but adds to its own warehouse's and district's totals,
+			// so every batch of one queue updates the other warehouses'
+			// rows too, in its own order: two batches at once would wait
+			// on each other and, on PostgreSQL, deadlock until
+			// lock_timeout.
+			c.Queues = map[string]config.Queue{Family: {Store: "db", Tables: Tables, Policy: policy, Serial: true}}
 			c.Mappings = mappings
 			if o.Configure != nil {
 				o.Configure(c)

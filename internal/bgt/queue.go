@@ -209,11 +209,16 @@ func (a *QueueApplier) round(ctx context.Context, parts []int) (more bool) {
 			if ctx.Err() != nil {
 				return false
 			}
-			_, full, err := a.applyQueue(context.WithoutCancel(ctx), queue, 0)
+			applied, full, err := a.applyQueue(context.WithoutCancel(ctx), queue, 0)
 			a.noteResult(queue, err)
-			// After a lost race the queue has moved on: read what is left
-			// in the next round, not after a poll.
-			more = more || (full && err == nil) || store.IsConcurrentApply(err)
+			// A queue that had sessions to apply is read again at once, not
+			// after a poll: sessions committed while its batch was in the
+			// store wait for it, and so does every miss that needs them
+			// (a miss applies the queue through its session itself). The
+			// batches then follow the commits: as large as what arrived
+			// while the last one was in the store. After a lost race the
+			// queue has moved on: read what is left at once too.
+			more = more || ((applied > 0 || full) && err == nil) || store.IsConcurrentApply(err)
 		}
 	}
 	return more
@@ -319,9 +324,13 @@ func (a *QueueApplier) applyHead(ctx context.Context, f *session.Family, queue s
 
 // applyBatch runs sessions in one store transaction and pops them.
 func (a *QueueApplier) applyBatch(ctx context.Context, f *session.Family, queue string, head []session.Pending) (int, error) {
+	lock := ""
+	if f.Serial {
+		lock = f.Name
+	}
 	sessions := make([]store.Session, len(head))
 	for i, pd := range head {
-		sessions[i] = store.Session{ID: pd.Object.ID, Queue: queue, Seq: pd.Seq, Statements: pd.Object.Statements, Role: f.Role}
+		sessions[i] = store.Session{ID: pd.Object.ID, Queue: queue, Seq: pd.Seq, Statements: pd.Object.Statements, Role: f.Role, Lock: lock}
 	}
 	fault.Hit(FaultQueueBeforeCommit)
 	start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -375,6 +376,105 @@ func TestQueueLostRaceIsNotAFailure(t *testing.T) {
 		}
 		if v := w.value(t, 2); v != 5 {
 			t.Errorf("queue b: v = %d, want 5", v)
+		}
+	})
+}
+
+// recordingStore calls during (when set) inside each ApplySessions, before
+// the store's, and records each batch's sessions.
+type recordingStore struct {
+	store.SessionStore
+	during func()
+
+	mu      sync.Mutex
+	batches [][]store.Session
+	at      []time.Time
+}
+
+func (s *recordingStore) ApplySessions(ctx context.Context, sessions []store.Session) ([]bool, error) {
+	s.mu.Lock()
+	s.batches = append(s.batches, sessions)
+	s.at = append(s.at, time.Now())
+	during := s.during
+	s.during = nil
+	s.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	return s.SessionStore.ApplySessions(ctx, sessions)
+}
+
+// A serial family's batches name the family's lock (store.Session.Lock:
+// the store applies them one at a time); other families' name none.
+func TestQueueSerialFamilyTakesItsLock(t *testing.T) {
+	eachSessionStore(t, func(t *testing.T, driver string) {
+		w := newQueueWorld(t, driver, 4)
+		fam := w.svc.Families()[w.family]
+		rs := &recordingStore{SessionStore: fam.Store}
+		fam.Store = rs
+		for _, serial := range []bool{false, true} {
+			fam.Serial = serial
+			w.commit(t, "a", 1, 1)
+			w.commit(t, "b", 2, 1)
+			if _, err := w.app.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if serial {
+				want = w.family
+			}
+			if len(rs.batches) == 0 {
+				t.Fatal("no batch was applied")
+			}
+			for _, b := range rs.batches {
+				for _, s := range b {
+					if s.Lock != want {
+						t.Errorf("serial %v: session %s of %s names lock %q, want %q", serial, s.ID, s.Queue, s.Lock, want)
+					}
+				}
+			}
+			rs.batches = nil
+		}
+	})
+}
+
+// A queue applier that applied sessions reads the queue again at once:
+// sessions committed while its batch was in the store are applied right
+// after it, not a poll later (misses wait for them).
+func TestQueueAppliesWhatArrivedMeanwhileAtOnce(t *testing.T) {
+	eachSessionStore(t, func(t *testing.T, driver string) {
+		const poll = 2 * time.Second
+		w := newQueueWorld(t, driver, 64, func(c *QueueConfig) { c.PollInterval = poll })
+		fam := w.svc.Families()[w.family]
+		rs := &recordingStore{SessionStore: fam.Store}
+		rs.during = func() {
+			for v := int64(2); v <= 4; v++ {
+				w.commit(t, "a", 1, v)
+			}
+		}
+		fam.Store = rs
+		w.commit(t, "a", 1, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = w.app.Run(ctx)
+		}()
+		defer func() { cancel(); <-done }()
+		deadline := time.Now().Add(3 * poll)
+		for w.value(t, 1) != 4 {
+			if time.Now().After(deadline) {
+				t.Fatalf("v = %d after %v, want 4", w.value(t, 1), 3*poll)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if len(rs.batches) < 2 {
+			t.Fatalf("%d batches, want the first and the sessions committed during it", len(rs.batches))
+		}
+		if gap := rs.at[1].Sub(rs.at[0]); gap > poll/2 {
+			t.Errorf("the sessions committed during the first batch waited %v for the next one (poll %v)", gap, poll)
 		}
 	})
 }

@@ -155,6 +155,12 @@ type Queue struct {
 	// statements run under (SET LOCAL ROLE in their transaction), so that
 	// the database bounds them too; the sidecar's user must be a member.
 	Role string `yaml:"role"`
+	// Serial: the family's batches are applied one at a time, by every
+	// applier of every sidecar (store.Session.Lock), for families whose
+	// queues share rows (commutative updates of totals, say) and whose
+	// batches would otherwise wait on each other's row locks or deadlock.
+	// Off, batches of different queues run at once.
+	Serial bool `yaml:"serial"`
 }
 
 // WriteThrough reports whether the family's commits wait for the store.

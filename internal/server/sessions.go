@@ -52,7 +52,7 @@ func NewSessions(ctx context.Context, core *Core, reg prometheus.Registerer) (*S
 				return nil, fmt.Errorf("queues.%s.role: %w", name, err)
 			}
 		}
-		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables, Role: qc.Role, WriteThrough: qc.WriteThrough()}
+		fams[name] = &session.Family{Name: name, StoreName: qc.Store, Store: ss, Tables: qc.Tables, Role: qc.Role, WriteThrough: qc.WriteThrough(), Serial: qc.Serial}
 		families[name] = qc.Store
 	}
 	mstores := map[string]mappings.Store{}

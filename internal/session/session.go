@@ -47,6 +47,9 @@ type Family struct {
 	// applied its session (and every session before it in its queue);
 	// otherwise once the session is durable in Redis (write-back).
 	WriteThrough bool
+	// Serial: the family's batches are applied one at a time (see
+	// store.Session.Lock, which names the family).
+	Serial bool
 }
 
 // PrefixApplier applies a queue's pending sessions up to and including seq

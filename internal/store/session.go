@@ -26,6 +26,13 @@ type Session struct {
 	// runs as its own user. A statement the role may not run
 	// (insufficient privilege) is then the session's fault: permanent.
 	Role string
+	// Lock, when set, names a lock the batch's transaction takes before
+	// anything else and holds until it ends, so that batches naming the
+	// same Lock are applied one at a time, by every applier of every
+	// sidecar (a queue family's serial: its queues share rows, and their
+	// batches would otherwise wait on each other's row locks or
+	// deadlock). Every session of a batch names the same Lock.
+	Lock string
 }
 
 // Statement is one parameterised DML statement, with its arguments as JSON
@@ -45,7 +52,8 @@ type AppliedSession struct {
 // SessionStore is a SQL database that applies sessions. Both SQL adapters
 // implement it; Sessions finds it behind a Store.
 //
-// ApplySessions is Design 2's exactly-once: in ONE transaction it (1) reads
+// ApplySessions is Design 2's exactly-once: in ONE transaction it (0) takes
+// the batch's lock, if it names one (Session.Lock); (1) reads
 // which of the sessions' ids are already in writeback_applied_sessions and
 // leaves those sessions out; (2) inserts the ids of the others; (3) runs
 // their statements, session after session in the given order; (4) commits.
@@ -139,6 +147,9 @@ func checkSessions(sessions []Session) error {
 			return fmt.Errorf("store: session %s appears twice in one batch", s.ID)
 		}
 		seen[s.ID] = true
+		if s.Lock != sessions[0].Lock {
+			return fmt.Errorf("store: session %s names lock %q and session %s lock %q: a batch takes one lock", s.ID, s.Lock, sessions[0].ID, sessions[0].Lock)
+		}
 	}
 	return nil
 }

@@ -22,26 +22,44 @@ const myAppliedSessionsDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedSessionsTabl
 	applied_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 
+// SessionLocksTable (MySQL and MariaDB) holds a row per session lock
+// (Session.Lock): a batch takes its lock by upserting the row, which locks
+// it until the transaction ends. PostgreSQL uses advisory locks instead.
+const SessionLocksTable = "writeback_session_locks"
+
+const mySessionLocksDDL = `CREATE TABLE IF NOT EXISTS ` + SessionLocksTable + ` (
+	name VARBINARY(255) NOT NULL PRIMARY KEY
+) ENGINE=InnoDB`
+
+// myTakeSessionLock is the statement that takes a session lock: the
+// upsert locks the row exclusively, whether it inserts it or finds it.
+const myTakeSessionLock = "INSERT INTO " + SessionLocksTable + " (name) VALUES (?) ON DUPLICATE KEY UPDATE name = name"
+
 // Dialect is "mysql": statements use ? placeholders.
 func (s *myStore) Dialect() string { return "mysql" }
 
-// PrepareSessions creates writeback_applied_sessions if it is missing.
+// PrepareSessions creates writeback_applied_sessions and
+// writeback_session_locks if they are missing.
 func (s *myStore) PrepareSessions(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, myAppliedSessionsDDL)
-	return wrapErr("mysql: create "+AppliedSessionsTable, err, myPermanent)
+	if _, err := s.db.ExecContext(ctx, myAppliedSessionsDDL); err != nil {
+		return wrapErr("mysql: create "+AppliedSessionsTable, err, myPermanent)
+	}
+	_, err := s.db.ExecContext(ctx, mySessionLocksDDL)
+	return wrapErr("mysql: create "+SessionLocksTable, err, myPermanent)
 }
 
 // ApplySessions applies sessions exactly once in one transaction. Usually
 // none of them was applied before (replays follow only crashes and
 // takeovers), and then it is one round trip, one multi-statement packet
 // on Apply's pool (the statements interpolated by the driver, as on the
-// other pool): START TRANSACTION; INSERT the sessions' applied records;
+// other pool): START TRANSACTION; take the batch's lock, if it names one
+// (Session.Lock); INSERT the sessions' applied records;
 // their statements in order; COMMIT. If anything in it fails — a record
 // that exists (the session was applied, or a racing applier holds it), a
 // statement the store refuses, a deadlock — the packet's transaction is
 // rolled back and the batch goes the stepwise way, a round trip per
 // statement, which tells which session or statement it was: START
-// TRANSACTION; SELECT the ids already applied; INSERT the others (a
+// TRANSACTION; the lock; SELECT the ids already applied; INSERT the others (a
 // racing applier of the same sessions waits here); their statements in
 // order; COMMIT. A deadlock reruns the whole transaction, packet first:
 // batches of different queues that change the same rows (TPC-C's remote
@@ -78,7 +96,11 @@ const maxSessionPacket = 4 << 20
 // run again as it is). When it did not apply them, nothing of it is left:
 // its transaction was rolled back (or never committed).
 func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) (bool, error) {
-	q := newQuery(myDialect{}).add("START TRANSACTION; INSERT INTO ", AppliedSessionsTable, " (id, queue, seq) VALUES ")
+	q := newQuery(myDialect{}).add("START TRANSACTION; ")
+	if lock := sessions[0].Lock; lock != "" {
+		q.add(strings.Replace(myTakeSessionLock, "?", q.arg(lock), 1), "; ")
+	}
+	q.add("INSERT INTO ", AppliedSessionsTable, " (id, queue, seq) VALUES ")
 	for i, ss := range sessions {
 		if ss.Role != "" {
 			return false, nil // refused stepwise, with the reason
@@ -123,6 +145,11 @@ func (s *myStore) applySessionsStepwise(ctx context.Context, sessions []Session)
 		return nil, wrapErr("apply sessions: begin", err, myPermanent)
 	}
 	defer tx.Rollback() // after Commit, a no-op
+	if lock := sessions[0].Lock; lock != "" {
+		if _, err := tx.ExecContext(ctx, myTakeSessionLock, lock); err != nil {
+			return nil, wrapErr("apply sessions: take lock "+lock, err, myPermanent)
+		}
+	}
 	sel := newQuery(myDialect{}).add("SELECT id FROM ", AppliedSessionsTable, " WHERE id IN (")
 	for i, ss := range sessions {
 		if i > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,7 +47,8 @@ func (s *pgStore) PrepareSessions(ctx context.Context) error {
 // ApplySessions applies sessions exactly once in one transaction and two
 // round trips:
 //
-//	batch 1: BEGIN; SELECT the ids already applied
+//	batch 1: BEGIN; the batch's lock, if it names one (Session.Lock);
+//	         SELECT the ids already applied
 //	batch 2: INSERT the other ids; their statements in order; COMMIT
 //
 // The insert comes first in batch 2, so a racing applier of the same
@@ -77,7 +79,7 @@ func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session) (_ 
 	for i, ss := range sessions {
 		ids[i] = ss.ID
 	}
-	done, err := pgAppliedIDs(ctx, conn.Conn(), ids)
+	done, err := pgAppliedIDs(ctx, conn.Conn(), ids, sessions[0].Lock)
 	if err != nil {
 		return nil, wrapErr("apply sessions: read applied records", err, pgPermanent)
 	}
@@ -205,16 +207,25 @@ func isPgServerError(err error) bool {
 // costs at most this; a batch that merely waits for a long one retries.
 const pgSessionLockTimeout = "SET LOCAL lock_timeout = '250ms'"
 
-// pgAppliedIDs begins the transaction and returns which of ids are
-// applied.
-func pgAppliedIDs(ctx context.Context, conn *pgx.Conn, ids []string) (map[string]bool, error) {
+// pgAppliedIDs begins the transaction, takes lock when there is one (see
+// Session.Lock), and returns which of ids are applied.
+//
+// The lock is a transaction-level advisory lock (pgSessionLockKeys), taken
+// before lock_timeout is set: a batch waits for the one ahead of it as
+// long as that one takes (its own deadline bounds the wait), and the ids
+// it then reads include what that one applied.
+func pgAppliedIDs(ctx context.Context, conn *pgx.Conn, ids []string, lock string) (map[string]bool, error) {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	if lock != "" {
+		class, obj := pgSessionLockKeys(lock)
+		batch.Queue("SELECT pg_advisory_xact_lock($1::int4, $2::int4)", class, obj)
+	}
 	batch.Queue(pgSessionLockTimeout)
 	batch.Queue("SELECT id FROM "+AppliedSessionsTable+" WHERE id = ANY($1::text[])", ids)
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
-	for range 2 {
+	for range batch.Len() - 1 {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
@@ -232,6 +243,19 @@ func pgAppliedIDs(ctx context.Context, conn *pgx.Conn, ids []string) (map[string
 		return nil, err
 	}
 	return done, br.Close()
+}
+
+// pgSessionLockClass is the first key of the session locks' advisory
+// locks ("wbSL"); the second is a hash of the lock's name. Two-key advisory
+// locks never collide with one-key ones (pgCreateLock), and two names with
+// one hash only serialize each other's batches.
+const pgSessionLockClass = 0x7762534c
+
+// pgSessionLockKeys returns the two keys of lock's advisory lock.
+func pgSessionLockKeys(lock string) (class, obj int32) {
+	h := fnv.New32a()
+	h.Write([]byte(lock))
+	return pgSessionLockClass, int32(h.Sum32())
 }
 
 // pgJSONKind maps a column's type OID to how its text becomes JSON.

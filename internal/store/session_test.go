@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -315,5 +316,75 @@ func TestApplySessionsLockTimeoutOnPostgres(t *testing.T) {
 		require.Error(t, err)
 		require.True(t, pgRetryable(err), "a lock wait past lock_timeout must be retryable: %v", err)
 		require.False(t, IsPermanent(err), "a lock wait is not the session's fault: %v", err)
+	})
+}
+
+// Batches naming the same Session.Lock are applied one at a time: two
+// batches of different queues, each sleeping between its first and its
+// last statement, never overlap under one lock (the second waits before
+// its first statement), and do overlap under two locks (which shows that
+// the check sees overlap at all). A batch whose sessions name different
+// locks is refused.
+func TestApplySessionsLockOneAtATime(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		ddl := map[string]string{
+			"postgres": "CREATE TABLE %s (who text, phase text, at timestamptz)",
+			"mysql":    "CREATE TABLE %s (who varchar(8), phase varchar(8), at datetime(6))",
+		}
+		tbl := h.table(t, ddl)
+		now, sleep := "clock_timestamp()", "SELECT pg_sleep(0.3)"
+		if h.driver == "mysql" {
+			now, sleep = "SYSDATE(6)", "DO SLEEP(0.3)"
+		}
+		mark := "INSERT INTO " + tbl + " (who, phase, at) VALUES (" + h.ph(1) + ", " + h.ph(2) + ", " + now + ")"
+		var ids []string
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), ids) })
+		batch := func(who, lock string) []Session {
+			s := Session{ID: newSessionID(t), Queue: "q/" + who, Seq: 1, Lock: lock, Statements: []Statement{
+				{SQL: mark, Args: args(`"`+who+`"`, `"start"`)}, {SQL: sleep}, {SQL: mark, Args: args(`"`+who+`"`, `"end"`)},
+			}}
+			ids = append(ids, s.ID)
+			return []Session{s}
+		}
+		// overlap applies batchA and, 100 ms later, batchB (batches of who
+		// a and b) and reports whether their first-to-last statement
+		// intervals overlapped.
+		overlap := func(a, b string, batchA, batchB []Session) bool {
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i, sessions := range [][]Session{batchA, batchB} {
+				wg.Go(func() { _, errs[i] = ss.ApplySessions(t.Context(), sessions) })
+				time.Sleep(100 * time.Millisecond) // a first, b while a sleeps
+			}
+			wg.Wait()
+			require.NoError(t, errs[0])
+			require.NoError(t, errs[1])
+			q := "SELECT count(*) AS n FROM " + tbl + " s1 JOIN " + tbl + " e1 ON e1.who = s1.who AND e1.phase = 'end' " +
+				"JOIN " + tbl + " s2 ON s2.who = " + h.ph(2) + " AND s2.phase = 'start' JOIN " + tbl + " e2 ON e2.who = s2.who AND e2.phase = 'end' " +
+				"WHERE s1.who = " + h.ph(1) + " AND s1.phase = 'start' AND s1.at < e2.at AND s2.at < e1.at"
+			rows, err := ss.QueryJSON(t.Context(), q, a, b)
+			require.NoError(t, err)
+			require.Len(t, rows, 1)
+			var n struct{ N int }
+			require.NoError(t, json.Unmarshal(rows[0], &n))
+			return n.N > 0
+		}
+		require.False(t, overlap("a", "b", batch("a", "fam"), batch("b", "fam")), "two batches under one lock ran at the same time")
+		require.True(t, overlap("c", "d", batch("c", "fam1"), batch("d", "fam2")), "two batches under different locks waited for each other")
+		// A batch holding a session applied before (a replay: MySQL's
+		// stepwise way) takes the lock too.
+		replayed := batch("g", "fam")
+		_, err := ss.ApplySessions(t.Context(), replayed)
+		require.NoError(t, err)
+		h.exec(t, "DELETE FROM "+tbl+" WHERE who = 'g'")
+		replay := append(replayed, batch("g", "fam")...)
+		replay[1].Seq = 2
+		require.False(t, overlap("g", "h", replay, batch("h", "fam")), "a replayed batch and another under one lock ran at the same time")
+
+		mixed := append(batch("e", "fam"), batch("f", "other")...)
+		mixed[1].Queue = "q/e"
+		_, err = ss.ApplySessions(t.Context(), mixed)
+		require.ErrorContains(t, err, "a batch takes one lock")
 	})
 }
