@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -281,16 +280,11 @@ func (a *QueueApplier) applyQueue(ctx context.Context, queue string, through int
 // applyHead applies up to size sessions from the head of queue (see
 // applyQueue).
 func (a *QueueApplier) applyHead(ctx context.Context, f *session.Family, queue string, size int, through int64) (applied int, full bool, err error) {
-	head, err := a.q.Head(ctx, queue, size)
+	head, err := a.q.Head(ctx, queue, size, through)
 	if err != nil {
 		return 0, false, err
 	}
 	full = len(head) == size
-	if through > 0 {
-		k := sort.Search(len(head), func(i int) bool { return head[i].Seq > through })
-		full = full && k == len(head)
-		head = head[:k]
-	}
 	if len(head) == 0 {
 		return 0, false, nil
 	}

@@ -275,7 +275,7 @@ func TestCompactAppliedSessions(t *testing.T) {
 		// One more committed and applied to the store, not popped: as if
 		// the applier died between the two.
 		w.commit(t, "a", 1, 21)
-		head, err := w.q.Head(ctx, w.family+"/a", 10)
+		head, err := w.q.Head(ctx, w.family+"/a", 10, 0)
 		if err != nil || len(head) != 1 {
 			t.Fatalf("head %v %v", head, err)
 		}
@@ -477,4 +477,56 @@ func TestQueueAppliesWhatArrivedMeanwhileAtOnce(t *testing.T) {
 			t.Errorf("the sessions committed during the first batch waited %v for the next one (poll %v)", gap, poll)
 		}
 	})
+}
+
+// Head decodes a session's object once: read again (a miss, a retry), the
+// sessions come from what it decoded, even with their objects gone from
+// Redis; popped, they are read from Redis again. through bounds the head
+// before any object is read.
+func TestQueueHeadDecodesOnce(t *testing.T) {
+	w := newQueueWorld(t, "postgres", 4)
+	ctx := context.Background()
+	queue := w.family + "/a"
+	for v := int64(1); v <= 3; v++ {
+		w.commit(t, "a", 1, v)
+	}
+	head, err := w.q.Head(ctx, queue, 10, 2)
+	if err != nil || len(head) != 2 {
+		t.Fatalf("Head through 2: %d sessions, %v; want 2", len(head), err)
+	}
+	p := w.q.Keys().Partition(queue)
+	for _, pd := range head {
+		if err := w.rdb.Rename(ctx, w.q.Keys().Object(p, pd.Object.ID), w.q.Keys().Object(p, pd.Object.ID)+":aside").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := w.q.Head(ctx, queue, 10, 0)
+	if err != nil || len(again) != 3 {
+		t.Fatalf("Head: %d sessions, %v; want 3", len(again), err)
+	}
+	for i, pd := range again[:2] {
+		if pd.Missing || len(pd.Object.Statements) != 1 || pd.Object.ID != head[i].Object.ID {
+			t.Errorf("session %d read again: missing %v, %d statements; want the object decoded before", i, pd.Missing, len(pd.Object.Statements))
+		}
+	}
+	if again[2].Missing || len(again[2].Object.Statements) != 1 {
+		t.Errorf("the third session (beyond the first Head's through): missing %v", again[2].Missing)
+	}
+	for _, pd := range head {
+		if err := w.rdb.Rename(ctx, w.q.Keys().Object(p, pd.Object.ID)+":aside", w.q.Keys().Object(p, pd.Object.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.q.Pop(ctx, queue, again[:1]); err != nil {
+		t.Fatal(err)
+	}
+	// A popped session is forgotten: put back into the queue without its
+	// object, it reads as missing.
+	if err := w.rdb.LPush(ctx, w.q.Keys().Queue(p, queue), again[0].Entry).Err(); err != nil {
+		t.Fatal(err)
+	}
+	back, err := w.q.Head(ctx, queue, 1, 0)
+	if err != nil || len(back) != 1 || !back[0].Missing {
+		t.Fatalf("a popped session pushed back without its object: %+v, %v; want it missing", back, err)
+	}
 }

@@ -14,7 +14,7 @@ import (
 // pendingIn returns how many sessions wait in queue "<family>/<q>".
 func (w *queueWorld) pendingIn(t *testing.T, q string) int {
 	t.Helper()
-	head, err := w.q.Head(context.Background(), w.family+"/"+q, 1000)
+	head, err := w.q.Head(context.Background(), w.family+"/"+q, 1000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,15 +160,11 @@ const maxLostRaces = 64
 func (a *QueueApplier) ApplyThrough(ctx context.Context, queue string, seq int64) error {
 	failures, lost := 0, 0
 	for {
-		stopped, err := a.q.IsStopped(ctx, queue)
+		first, ok, stopped, err := a.q.First(ctx, queue)
 		if err != nil {
 			return err
 		}
-		head, err := a.q.Head(ctx, queue, 1)
-		if err != nil {
-			return err
-		}
-		if len(head) == 0 || head[0].Seq > seq {
+		if !ok || first > seq {
 			return nil
 		}
 		if stopped {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,10 +22,24 @@ import (
 type Queues struct {
 	rdb  redis.UniversalClient
 	keys Keys
+
+	// decoded keeps the session objects Head decoded, by queue and entry,
+	// until they are popped: a session is read more than once (by the
+	// applier and by misses, again after a lost race or a failed batch),
+	// and its object, a session's statements, never changes once queued.
+	// An entry names its session's random id, so it names one object.
+	mu      sync.Mutex
+	decoded map[string]Object
 }
 
+// maxDecoded bounds Queues.decoded; past it, it is emptied (the sessions
+// are read from Redis again).
+const maxDecoded = 4096
+
 // NewQueues returns the queues under keys.
-func NewQueues(rdb redis.UniversalClient, keys Keys) *Queues { return &Queues{rdb: rdb, keys: keys} }
+func NewQueues(rdb redis.UniversalClient, keys Keys) *Queues {
+	return &Queues{rdb: rdb, keys: keys, decoded: map[string]Object{}}
+}
 
 // Keys is the layout.
 func (q *Queues) Keys() Keys { return q.keys }
@@ -79,50 +94,99 @@ func (q *Queues) Stopped(ctx context.Context, parts []int) (map[string]bool, err
 	return out, nil
 }
 
-// IsStopped reports whether a queue is stopped by a dead letter.
-func (q *Queues) IsStopped(ctx context.Context, queue string) (bool, error) {
-	ok, err := q.rdb.HExists(ctx, q.keys.Dead(q.keys.Partition(queue)), queue).Result()
-	if err != nil {
-		return false, fmt.Errorf("session: %w", err)
+// First returns the seq of a queue's first session (ok false when the
+// queue is empty) and whether a dead letter stops it, in one round trip.
+func (q *Queues) First(ctx context.Context, queue string) (seq int64, ok, stopped bool, err error) {
+	p := q.keys.Partition(queue)
+	pipe := q.rdb.Pipeline()
+	first := pipe.LIndex(ctx, q.keys.Queue(p, queue), 0)
+	dead := pipe.HExists(ctx, q.keys.Dead(p), queue)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, false, false, fmt.Errorf("session: queue %s: %w", queue, err)
 	}
-	return ok, nil
+	e, err := first.Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, dead.Val(), nil
+	}
+	seq, _, _, ok = parseEntry(e)
+	if !ok {
+		return 0, false, false, fmt.Errorf("session: queue %s holds a malformed entry %q", queue, e)
+	}
+	return seq, true, dead.Val(), nil
 }
 
-// Head returns up to n sessions from the head of a queue, in commit order.
-func (q *Queues) Head(ctx context.Context, queue string, n int) ([]Pending, error) {
+// Head returns up to n sessions from the head of a queue, in commit order;
+// with through > 0, only those with seq <= through.
+func (q *Queues) Head(ctx context.Context, queue string, n int, through int64) ([]Pending, error) {
 	p := q.keys.Partition(queue)
 	entries, err := q.rdb.LRange(ctx, q.keys.Queue(p, queue), 0, int64(n-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("session: queue %s: %w", queue, err)
 	}
-	if len(entries) == 0 {
-		return nil, nil
-	}
 	out := make([]Pending, 0, len(entries))
-	objKeys := make([]string, 0, len(entries))
+	var objKeys []string
+	var fetch []int // indexes in out of the objects to read
+	q.mu.Lock()
 	for _, e := range entries {
 		seq, ms, id, ok := parseEntry(e)
 		if !ok {
+			q.mu.Unlock()
 			return nil, fmt.Errorf("session: queue %s holds a malformed entry %q", queue, e)
 		}
-		out = append(out, Pending{Seq: seq, At: time.UnixMilli(ms), Entry: e, Object: Object{ID: id, Queue: queue}})
-		objKeys = append(objKeys, q.keys.Object(p, id))
+		if through > 0 && seq > through {
+			break
+		}
+		pd := Pending{Seq: seq, At: time.UnixMilli(ms), Entry: e, Object: Object{ID: id, Queue: queue}}
+		if obj, ok := q.decoded[decodedKey(queue, e)]; ok {
+			pd.Object = obj
+		} else {
+			fetch = append(fetch, len(out))
+			objKeys = append(objKeys, q.keys.Object(p, id))
+		}
+		out = append(out, pd)
+	}
+	q.mu.Unlock()
+	if len(objKeys) == 0 {
+		return out, nil
 	}
 	objs, err := q.rdb.MGet(ctx, objKeys...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("session: queue %s: %w", queue, err)
 	}
 	for i, o := range objs {
+		pd := &out[fetch[i]]
 		text, ok := o.(string)
 		if !ok {
-			out[i].Missing = true
+			pd.Missing = true
 			continue
 		}
-		if err := json.Unmarshal([]byte(text), &out[i].Object); err != nil {
-			return nil, fmt.Errorf("session: session %s of queue %s: %w", out[i].Object.ID, queue, err)
+		if err := json.Unmarshal([]byte(text), &pd.Object); err != nil {
+			return nil, fmt.Errorf("session: session %s of queue %s: %w", pd.Object.ID, queue, err)
 		}
 	}
+	q.mu.Lock()
+	if len(q.decoded)+len(fetch) > maxDecoded {
+		clear(q.decoded)
+	}
+	for _, i := range fetch {
+		if !out[i].Missing {
+			q.decoded[decodedKey(queue, out[i].Entry)] = out[i].Object
+		}
+	}
+	q.mu.Unlock()
 	return out, nil
+}
+
+// decodedKey is the key of a queue entry's object in Queues.decoded.
+func decodedKey(queue, entry string) string { return queue + "\x00" + entry }
+
+// forget drops popped sessions from Queues.decoded.
+func (q *Queues) forget(queue string, done []Pending) {
+	q.mu.Lock()
+	for _, d := range done {
+		delete(q.decoded, decodedKey(queue, d.Entry))
+	}
+	q.mu.Unlock()
 }
 
 // Pop removes sessions the store committed from the head of their queue
@@ -154,6 +218,7 @@ func (q *Queues) Pop(ctx context.Context, queue string, done []Pending) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("session: pop %s: %w", queue, err)
 	}
+	q.forget(queue, done)
 	return int(n), nil
 }
 

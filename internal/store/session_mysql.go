@@ -73,12 +73,12 @@ func (s *myStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool
 		return nil, nil
 	}
 	return retryTx(myRetryable, func() ([]bool, error) {
-		ok, err := s.applySessionsPacket(ctx, sessions)
+		applied, err := s.applySessionsPacket(ctx, sessions)
 		if err != nil {
 			return nil, wrapErr("apply sessions", err, myPermanent)
 		}
-		if ok {
-			return slices.Repeat([]bool{true}, len(sessions)), nil
+		if applied != nil {
+			return applied, nil
 		}
 		s.stepwise.Add(1)
 		return s.applySessionsStepwise(ctx, sessions)
@@ -92,51 +92,124 @@ const maxSessionPacket = 4 << 20
 
 // applySessionsPacket applies sessions in one multi-statement packet when
 // none of them was applied before and the store takes every statement; it
-// reports whether it did, and the error when the packet deadlocked (to be
-// run again as it is). When it did not apply them, nothing of it is left:
-// its transaction was rolled back (or never committed).
-func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) (bool, error) {
+// returns applied (nil: it did not apply them), and the error when the
+// packet deadlocked (to be run again as it is). When it did not apply
+// them, nothing of it is left: its transaction was rolled back (or never
+// committed).
+//
+// A batch that names a lock (Session.Lock) takes it first, in a round trip
+// of its own, and then reads which sessions are applied: the batch ahead
+// of it, which it waited for, may have applied some (a miss and the
+// queue's applier race for the same head), and those are left out of the
+// packet rather than sending the batch the stepwise way, a round trip per
+// statement with the family's lock held.
+func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) ([]bool, error) {
+	for _, ss := range sessions {
+		if ss.Role != "" {
+			return nil, nil // refused stepwise, with the reason
+		}
+	}
+	conn, err := s.applyDB.Conn(ctx)
+	if err != nil {
+		return nil, nil
+	}
+	defer conn.Close()
+	applied := slices.Repeat([]bool{true}, len(sessions))
 	q := newQuery(myDialect{}).add("START TRANSACTION; ")
 	if lock := sessions[0].Lock; lock != "" {
-		q.add(strings.Replace(myTakeSessionLock, "?", q.arg(lock), 1), "; ")
+		if _, err := conn.ExecContext(ctx, "START TRANSACTION; "+myTakeSessionLock, lock); err != nil {
+			myRollback(conn)
+			if myRetryable(err) {
+				return nil, err
+			}
+			return nil, nil
+		}
+		done, err := myAppliedIDs(ctx, conn, sessions)
+		if err != nil {
+			myRollback(conn)
+			return nil, nil
+		}
+		n := 0
+		for i, ss := range sessions {
+			applied[i] = !done[ss.ID]
+			if applied[i] {
+				n++
+			}
+		}
+		if n == 0 {
+			myRollback(conn)
+			return applied, nil
+		}
+		q = newQuery(myDialect{})
 	}
 	q.add("INSERT INTO ", AppliedSessionsTable, " (id, queue, seq) VALUES ")
+	n := 0
 	for i, ss := range sessions {
-		if ss.Role != "" {
-			return false, nil // refused stepwise, with the reason
+		if !applied[i] {
+			continue
 		}
-		if i > 0 {
+		if n > 0 {
 			q.add(", ")
 		}
 		q.add("(", q.arg(ss.ID), ", ", q.arg(ss.Queue), ", ", q.arg(ss.Seq), ")")
+		n++
 	}
-	for _, ss := range sessions {
+	for i, ss := range sessions {
+		if !applied[i] {
+			continue
+		}
 		for _, st := range ss.Statements {
 			args, err := statementArgs("mysql", st)
 			if err != nil {
-				return false, nil
+				myRollback(conn)
+				return nil, nil
 			}
 			q.add("; ", st.SQL)
 			q.args = append(q.args, args...)
 			if q.sb.Len() > maxSessionPacket {
-				return false, nil
+				myRollback(conn)
+				return nil, nil
 			}
 		}
 	}
 	q.add("; COMMIT")
-	conn, err := s.applyDB.Conn(ctx)
-	if err != nil {
-		return false, nil
-	}
-	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, q.String(), q.args...); err != nil {
 		myRollback(conn)
 		if myRetryable(err) {
-			return false, err
+			return nil, err
 		}
-		return false, nil
+		return nil, nil
 	}
-	return true, nil
+	return applied, nil
+}
+
+// myAppliedIDs returns which of the sessions' ids are in
+// writeback_applied_sessions, read on conn (in its transaction, if any).
+func myAppliedIDs(ctx context.Context, conn interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, sessions []Session) (map[string]bool, error) {
+	sel := newQuery(myDialect{}).add("SELECT id FROM ", AppliedSessionsTable, " WHERE id IN (")
+	for i, ss := range sessions {
+		if i > 0 {
+			sel.add(", ")
+		}
+		sel.add(sel.arg(ss.ID))
+	}
+	sel.add(")")
+	rows, err := conn.QueryContext(ctx, sel.String(), sel.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	done := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		done[id] = true
+	}
+	return done, rows.Err()
 }
 
 func (s *myStore) applySessionsStepwise(ctx context.Context, sessions []Session) ([]bool, error) {
@@ -150,29 +223,8 @@ func (s *myStore) applySessionsStepwise(ctx context.Context, sessions []Session)
 			return nil, wrapErr("apply sessions: take lock "+lock, err, myPermanent)
 		}
 	}
-	sel := newQuery(myDialect{}).add("SELECT id FROM ", AppliedSessionsTable, " WHERE id IN (")
-	for i, ss := range sessions {
-		if i > 0 {
-			sel.add(", ")
-		}
-		sel.add(sel.arg(ss.ID))
-	}
-	sel.add(")")
-	rows, err := tx.QueryContext(ctx, sel.String(), sel.args...)
+	done, err := myAppliedIDs(ctx, tx, sessions)
 	if err != nil {
-		return nil, wrapErr("apply sessions: read applied records", err, myPermanent)
-	}
-	done := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, wrapErr("apply sessions: read applied records", err, myPermanent)
-		}
-		done[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, wrapErr("apply sessions: read applied records", err, myPermanent)
 	}
 	applied := make([]bool, len(sessions))

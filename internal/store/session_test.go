@@ -222,21 +222,39 @@ func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
 		}
 		s1, s2 := move(1, "3"), move(2, "4")
 		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID, s2.ID}) })
-		ok, err := my.applySessionsPacket(t.Context(), []Session{s1, s2})
-		require.True(t, ok && err == nil, "a fresh batch goes in one packet (%v)", err)
+		applied, err := my.applySessionsPacket(t.Context(), []Session{s1, s2})
+		require.True(t, applied != nil && err == nil, "a fresh batch goes in one packet (%v)", err)
+		require.Equal(t, []bool{true, true}, applied)
 		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl))
 
 		s3 := move(3, "1")
 		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s3.ID}) })
-		ok, err = my.applySessionsPacket(t.Context(), []Session{s2, s3})
-		require.False(t, ok || err != nil, "a batch with an applied session (%v)", err)
-		ok, err = my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")})
-		require.False(t, ok || err != nil, "a batch the CHECK refuses (%v)", err)
+		applied, err = my.applySessionsPacket(t.Context(), []Session{s2, s3})
+		require.False(t, applied != nil || err != nil, "a batch with an applied session (%v)", err)
+		applied, err = my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")})
+		require.False(t, applied != nil || err != nil, "a batch the CHECK refuses (%v)", err)
 		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl), "a refused packet left something behind")
-		applied, err := ss.ApplySessions(t.Context(), []Session{s2, s3})
+		applied, err = ss.ApplySessions(t.Context(), []Session{s2, s3})
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, true}, applied)
 		require.Equal(t, map[int64]string{1: "2.00", 2: "8.00"}, h.balances(t, tbl))
+
+		// A batch under a lock reads what is applied once it holds the
+		// lock and leaves that out of its packet.
+		s5 := move(5, "1")
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s5.ID}) })
+		locked := []Session{s3, s5}
+		for i := range locked {
+			locked[i].Lock = "fam"
+		}
+		applied, err = my.applySessionsPacket(t.Context(), locked)
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, true}, applied, "a locked batch with an applied session goes in a packet without it")
+		require.Equal(t, map[int64]string{1: "1.00", 2: "9.00"}, h.balances(t, tbl))
+		applied, err = my.applySessionsPacket(t.Context(), locked)
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, false}, applied, "a locked batch applied before")
+		require.Equal(t, map[int64]string{1: "1.00", 2: "9.00"}, h.balances(t, tbl))
 	})
 }
 
