@@ -476,27 +476,11 @@ func (w *write) compute(cur any) (expected, next string) {
 // in their order (new ones follow, sorted). It reports false when the
 // entry is not an object or the operators do not fit it.
 func patchEntry(text string, c change.Change) (string, bool) {
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", false
-	}
-	doc := change.Doc{}
-	var order []string
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
+	doc, order, ok := splitObject(text)
+	if !ok {
+		if doc, order, ok = decodeEntry(text); !ok {
 			return "", false
 		}
-		k, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return "", false
-		}
-		if _, dup := doc[k]; !dup {
-			order = append(order, k)
-		}
-		doc[k] = v
 	}
 	out, err := change.Apply(doc, c)
 	if err != nil {
@@ -539,4 +523,32 @@ func patchEntry(text string, c change.Change) (string, bool) {
 	}
 	b.WriteByte('}')
 	return b.String(), true
+}
+
+// decodeEntry reads a cached entry's fields, in order, with encoding/json
+// (an entry with spaces, which splitObject does not read).
+func decodeEntry(text string) (change.Doc, []string, bool) {
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil, false
+	}
+	doc := change.Doc{}
+	var order []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, false
+		}
+		k, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, false
+		}
+		if _, dup := doc[k]; !dup {
+			order = append(order, k)
+		}
+		doc[k] = v
+	}
+	return doc, order, true
 }

@@ -160,7 +160,7 @@ func (q *Queues) Head(ctx context.Context, queue string, n int, through int64) (
 			pd.Missing = true
 			continue
 		}
-		if err := json.Unmarshal([]byte(text), &pd.Object); err != nil {
+		if err := decodeObject(text, &pd.Object); err != nil {
 			return nil, fmt.Errorf("session: session %s of queue %s: %w", pd.Object.ID, queue, err)
 		}
 	}
