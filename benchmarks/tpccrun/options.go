@@ -47,7 +47,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "benchmarks/results", "directory of the JSON results and PNG plots")
 	fs.BoolVar(&o.quick, "quick", false, "a quick run (under 2 minutes): 2 warehouses, 5 terminals each, 10000 items, 300 customers, 2s warm-up, 10s measured, unless set explicitly")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the load and the terminals")
-	cache := fs.String("cache", "warm", "the sidecar's cache when a run starts: warm (every warehouse, district, customer, item and stock entry read first, as the load leaves the database's buffer pool warm) or cold (empty)")
+	cache := fs.String("cache", "warm", "the sidecar's cache when a run starts: warm (every warehouse, district, customer, customers-by-last-name, item and stock entry read first, as the load leaves the database's buffer pool warm) or cold (empty)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole command (client, sidecar and appliers) to this file")
 	if err := bench.Parse(fs, args); err != nil {
 		return nil, err
