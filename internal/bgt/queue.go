@@ -125,16 +125,22 @@ func NewQueueApplier(cfg QueueConfig, q *session.Queues, buf *buffer.Buffer, fam
 // batchSize is how many sessions a batch with shrink divisor div takes.
 func (a *QueueApplier) batchSize(div int) int { return max(1, a.cfg.BatchSize/div) }
 
-// Prepare creates writeback_applied_sessions in every store a family uses.
+// Prepare creates writeback_applied_sessions in every store a family uses,
+// and writeback_session_locks in the MySQL stores of serial families.
 func (a *QueueApplier) Prepare(ctx context.Context) error {
-	done := map[string]bool{}
+	done, locks := map[string]bool{}, map[string]bool{}
 	for _, f := range a.fams {
-		if done[f.StoreName] {
-			continue
+		if !done[f.StoreName] {
+			done[f.StoreName] = true
+			if err := f.Store.PrepareSessions(ctx); err != nil {
+				return fmt.Errorf("store %s: %v", f.StoreName, err)
+			}
 		}
-		done[f.StoreName] = true
-		if err := f.Store.PrepareSessions(ctx); err != nil {
-			return fmt.Errorf("store %s: %v", f.StoreName, err)
+		if lp, ok := f.Store.(store.SessionLockPreparer); ok && f.Serial && !locks[f.StoreName] {
+			locks[f.StoreName] = true
+			if err := lp.PrepareSessionLocks(ctx); err != nil {
+				return fmt.Errorf("store %s: %v", f.StoreName, err)
+			}
 		}
 	}
 	return nil
@@ -191,7 +197,8 @@ func (a *QueueApplier) ready(ctx context.Context, parts []int) (todo []int, held
 }
 
 // round applies one batch of each queue of parts that is due (see rounds).
-// more reports that a queue had more than a batch. Each batch has its own
+// more reports that a queue had more than a batch, or applied sessions
+// (more may have been committed meanwhile), or lost a race. Each batch has its own
 // timeout: a round of many queues takes as long as they need. Once ctx is
 // done no batch starts, but one that started finishes (bounded), so that
 // SIGTERM does not turn into replays.

@@ -410,6 +410,12 @@ func TestQueueSerialFamilyTakesItsLock(t *testing.T) {
 	eachSessionStore(t, func(t *testing.T, driver string) {
 		w := newQueueWorld(t, driver, 4)
 		fam := w.svc.Families()[w.family]
+		// Prepare creates what a serial family's locks need (MySQL: their
+		// table) in the store itself, before it is wrapped.
+		fam.Serial = true
+		if err := w.app.Prepare(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		rs := &recordingStore{SessionStore: fam.Store}
 		fam.Store = rs
 		for _, serial := range []bool{false, true} {

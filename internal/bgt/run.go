@@ -23,7 +23,8 @@ import (
 // poll failed; the scheduler logs it and tries again at the next tick.
 //
 // round applies one round of parts (ready's, all served by one worker) and
-// reports that more was waiting than it took: the scheduler then dispatches
+// reports that more may be waiting (more than it took; for queues, also
+// whatever was committed while it applied): the scheduler then dispatches
 // again at once instead of at the next poll. ctx is the run's: a round that
 // started finishes even once it is done, bounded by the batch timeout (see
 // scheduler.bounded), so that a SIGTERM does not turn into replays for the

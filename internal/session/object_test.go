@@ -85,26 +85,6 @@ func FuzzDecodeObject(f *testing.F) {
 	})
 }
 
-func BenchmarkDecodeObject(b *testing.B) {
-	text, _ := json.Marshal(objectSamples()[2])
-	b.Run("fast", func(b *testing.B) {
-		for b.Loop() {
-			var o Object
-			if err := decodeObject(string(text), &o); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("encoding-json", func(b *testing.B) {
-		for b.Loop() {
-			var o Object
-			if err := json.Unmarshal(text, &o); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
 // splitObject reads a cached entry as encoding/json does (decodeEntry):
 // the same fields, values and order, duplicates included.
 func TestSplitObject(t *testing.T) {

@@ -28,17 +28,27 @@ type Queues struct {
 	// applier and by misses, again after a lost race or a failed batch),
 	// and its object, a session's statements, never changes once queued.
 	// An entry names its session's random id, so it names one object.
-	mu      sync.Mutex
-	decoded map[string]Object
+	mu           sync.Mutex // guards decoded and decodedBytes
+	decoded      map[string]decodedObject
+	decodedBytes int // the sum of their texts' lengths
 }
 
-// maxDecoded bounds Queues.decoded; past it, it is emptied (the sessions
-// are read from Redis again).
-const maxDecoded = 4096
+// decodedObject is a decoded session object and the length of its text.
+type decodedObject struct {
+	obj  Object
+	size int
+}
+
+// Bounds of Queues.decoded; past either, it is emptied (the sessions are
+// read from Redis again).
+const (
+	maxDecoded      = 4096
+	maxDecodedBytes = 16 << 20
+)
 
 // NewQueues returns the queues under keys.
 func NewQueues(rdb redis.UniversalClient, keys Keys) *Queues {
-	return &Queues{rdb: rdb, keys: keys, decoded: map[string]Object{}}
+	return &Queues{rdb: rdb, keys: keys, decoded: map[string]decodedObject{}}
 }
 
 // Keys is the layout.
@@ -137,8 +147,8 @@ func (q *Queues) Head(ctx context.Context, queue string, n int, through int64) (
 			break
 		}
 		pd := Pending{Seq: seq, At: time.UnixMilli(ms), Entry: e, Object: Object{ID: id, Queue: queue}}
-		if obj, ok := q.decoded[decodedKey(queue, e)]; ok {
-			pd.Object = obj
+		if d, ok := q.decoded[decodedKey(queue, e)]; ok {
+			pd.Object = d.obj
 		} else {
 			fetch = append(fetch, len(out))
 			objKeys = append(objKeys, q.keys.Object(p, id))
@@ -153,6 +163,7 @@ func (q *Queues) Head(ctx context.Context, queue string, n int, through int64) (
 	if err != nil {
 		return nil, fmt.Errorf("session: queue %s: %w", queue, err)
 	}
+	sizes := make([]int, len(objs))
 	for i, o := range objs {
 		pd := &out[fetch[i]]
 		text, ok := o.(string)
@@ -163,15 +174,23 @@ func (q *Queues) Head(ctx context.Context, queue string, n int, through int64) (
 		if err := decodeObject(text, &pd.Object); err != nil {
 			return nil, fmt.Errorf("session: session %s of queue %s: %w", pd.Object.ID, queue, err)
 		}
+		sizes[i] = len(text)
 	}
 	q.mu.Lock()
-	if len(q.decoded)+len(fetch) > maxDecoded {
-		clear(q.decoded)
-	}
-	for _, i := range fetch {
-		if !out[i].Missing {
-			q.decoded[decodedKey(queue, out[i].Entry)] = out[i].Object
+	for i, at := range fetch {
+		if out[at].Missing {
+			continue
 		}
+		if len(q.decoded) >= maxDecoded || q.decodedBytes+sizes[i] > maxDecodedBytes {
+			clear(q.decoded)
+			q.decodedBytes = 0
+		}
+		k := decodedKey(queue, out[at].Entry)
+		if old, ok := q.decoded[k]; ok {
+			q.decodedBytes -= old.size
+		}
+		q.decoded[k] = decodedObject{obj: out[at].Object, size: sizes[i]}
+		q.decodedBytes += sizes[i]
 	}
 	q.mu.Unlock()
 	return out, nil
@@ -184,7 +203,11 @@ func decodedKey(queue, entry string) string { return queue + "\x00" + entry }
 func (q *Queues) forget(queue string, done []Pending) {
 	q.mu.Lock()
 	for _, d := range done {
-		delete(q.decoded, decodedKey(queue, d.Entry))
+		k := decodedKey(queue, d.Entry)
+		if old, ok := q.decoded[k]; ok {
+			q.decodedBytes -= old.size
+			delete(q.decoded, k)
+		}
 	}
 	q.mu.Unlock()
 }

@@ -90,6 +90,14 @@ type SessionStore interface {
 	Ping(ctx context.Context) error
 }
 
+// SessionLockPreparer is a SessionStore whose session locks
+// (Session.Lock) live in a table of their own (MySQL and MariaDB);
+// PrepareSessionLocks creates it if it is missing. The appliers call it for
+// the stores of serial families only.
+type SessionLockPreparer interface {
+	PrepareSessionLocks(ctx context.Context) error
+}
+
 // Sessions returns st's SessionStore, if it has one.
 func Sessions(st Store) (SessionStore, bool) {
 	ss, ok := st.(SessionStore)

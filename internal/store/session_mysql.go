@@ -38,15 +38,24 @@ const myTakeSessionLock = "INSERT INTO " + SessionLocksTable + " (name) VALUES (
 // Dialect is "mysql": statements use ? placeholders.
 func (s *myStore) Dialect() string { return "mysql" }
 
-// PrepareSessions creates writeback_applied_sessions and
-// writeback_session_locks if they are missing.
+// PrepareSessions creates writeback_applied_sessions if it is missing.
 func (s *myStore) PrepareSessions(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, myAppliedSessionsDDL); err != nil {
-		return wrapErr("mysql: create "+AppliedSessionsTable, err, myPermanent)
-	}
+	_, err := s.db.ExecContext(ctx, myAppliedSessionsDDL)
+	return wrapErr("mysql: create "+AppliedSessionsTable, err, myPermanent)
+}
+
+// PrepareSessionLocks creates writeback_session_locks if it is missing:
+// only a store with a serial family needs it (and its user the privilege
+// to create it).
+func (s *myStore) PrepareSessionLocks(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, mySessionLocksDDL)
 	return wrapErr("mysql: create "+SessionLocksTable, err, myPermanent)
 }
+
+// notPermanent classifies a failure to take a session lock: never the
+// sessions' fault (a dropped lock table, a lock wait past
+// innodb_lock_wait_timeout), so never a reason to dead-letter one.
+func notPermanent(error) bool { return false }
 
 // ApplySessions applies sessions exactly once in one transaction. Usually
 // none of them was applied before (replays follow only crashes and
@@ -119,10 +128,8 @@ func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) (
 	if lock := sessions[0].Lock; lock != "" {
 		if _, err := conn.ExecContext(ctx, "START TRANSACTION; "+myTakeSessionLock, lock); err != nil {
 			myRollback(conn)
-			if myRetryable(err) {
-				return nil, err
-			}
-			return nil, nil
+			// Not the stepwise way: it would wait for the lock again.
+			return nil, wrapErr("take lock "+lock, err, notPermanent)
 		}
 		done, err := myAppliedIDs(ctx, conn, sessions)
 		if err != nil {
@@ -220,7 +227,7 @@ func (s *myStore) applySessionsStepwise(ctx context.Context, sessions []Session)
 	defer tx.Rollback() // after Commit, a no-op
 	if lock := sessions[0].Lock; lock != "" {
 		if _, err := tx.ExecContext(ctx, myTakeSessionLock, lock); err != nil {
-			return nil, wrapErr("apply sessions: take lock "+lock, err, myPermanent)
+			return nil, wrapErr("apply sessions: take lock "+lock, err, notPermanent)
 		}
 	}
 	done, err := myAppliedIDs(ctx, tx, sessions)

@@ -31,6 +31,16 @@ func sessionStore(t *testing.T, h *harness) SessionStore {
 	return ss
 }
 
+// lockingStore is sessionStore with the session locks' table prepared.
+func lockingStore(t *testing.T, h *harness) SessionStore {
+	t.Helper()
+	ss := sessionStore(t, h)
+	if lp, ok := ss.(SessionLockPreparer); ok {
+		require.NoError(t, lp.PrepareSessionLocks(t.Context()))
+	}
+	return ss
+}
+
 func args(vs ...string) []json.RawMessage {
 	out := make([]json.RawMessage, len(vs))
 	for i, v := range vs {
@@ -211,7 +221,7 @@ func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
 		if !ok {
 			return
 		}
-		ss := sessionStore(t, h)
+		ss := lockingStore(t, h)
 		tbl := h.table(t, accountDDL)
 		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 10), (2, 0)")
 		upd := "UPDATE " + tbl + " SET bal = bal + ? WHERE id = ?"
@@ -345,15 +355,15 @@ func TestApplySessionsLockTimeoutOnPostgres(t *testing.T) {
 // locks is refused.
 func TestApplySessionsLockOneAtATime(t *testing.T) {
 	eachStore(t, func(t *testing.T, h *harness) {
-		ss := sessionStore(t, h)
+		ss := lockingStore(t, h)
 		ddl := map[string]string{
 			"postgres": "CREATE TABLE %s (who text, phase text, at timestamptz)",
 			"mysql":    "CREATE TABLE %s (who varchar(8), phase varchar(8), at datetime(6))",
 		}
 		tbl := h.table(t, ddl)
-		now, sleep := "clock_timestamp()", "SELECT pg_sleep(0.3)"
+		now, sleep := "clock_timestamp()", "SELECT pg_sleep(0.5)"
 		if h.driver == "mysql" {
-			now, sleep = "SYSDATE(6)", "DO SLEEP(0.3)"
+			now, sleep = "SYSDATE(6)", "DO SLEEP(0.5)"
 		}
 		mark := "INSERT INTO " + tbl + " (who, phase, at) VALUES (" + h.ph(1) + ", " + h.ph(2) + ", " + now + ")"
 		var ids []string
@@ -368,11 +378,12 @@ func TestApplySessionsLockOneAtATime(t *testing.T) {
 		// overlap applies batchA and, 100 ms later, batchB (batches of who
 		// a and b) and reports whether their first-to-last statement
 		// intervals overlapped.
+		apply := func(sessions []Session) error { _, err := ss.ApplySessions(t.Context(), sessions); return err }
 		overlap := func(a, b string, batchA, batchB []Session) bool {
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
 			for i, sessions := range [][]Session{batchA, batchB} {
-				wg.Go(func() { _, errs[i] = ss.ApplySessions(t.Context(), sessions) })
+				wg.Go(func() { errs[i] = apply(sessions) })
 				time.Sleep(100 * time.Millisecond) // a first, b while a sleeps
 			}
 			wg.Wait()
@@ -399,10 +410,62 @@ func TestApplySessionsLockOneAtATime(t *testing.T) {
 		replay := append(replayed, batch("g", "fam")...)
 		replay[1].Seq = 2
 		require.False(t, overlap("g", "h", replay, batch("h", "fam")), "a replayed batch and another under one lock ran at the same time")
+		if my, ok := h.s.(*myStore); ok { // MySQL's stepwise way takes the lock too
+			apply = func(sessions []Session) error {
+				if sessions[0].Queue == "q/i" {
+					_, err := my.applySessionsStepwise(t.Context(), sessions)
+					return err
+				}
+				_, err := ss.ApplySessions(t.Context(), sessions)
+				return err
+			}
+			require.False(t, overlap("i", "j", batch("i", "fam"), batch("j", "fam")), "a stepwise batch and another under one lock ran at the same time")
+		}
 
 		mixed := append(batch("e", "fam"), batch("f", "other")...)
 		mixed[1].Queue = "q/e"
 		_, err = ss.ApplySessions(t.Context(), mixed)
 		require.ErrorContains(t, err, "a batch takes one lock")
+	})
+}
+
+// A batch that cannot take its lock (another transaction holds it past the
+// batch's deadline) fails with a transient error, applies nothing, and
+// applies once the lock is free: a lock is never the sessions' fault.
+func TestApplySessionsLockHeldElsewhere(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := lockingStore(t, h)
+		tbl := h.table(t, accountDDL)
+		h.exec(t, "INSERT INTO "+tbl+" (id, bal) VALUES (1, 0)")
+		s1 := Session{ID: newSessionID(t), Queue: "q/1", Seq: 1, Lock: "held", Statements: []Statement{
+			{SQL: "UPDATE " + tbl + " SET bal = bal + 1 WHERE id = " + h.ph(1), Args: args("1")}}}
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID}) })
+		var release func()
+		switch st := h.s.(type) {
+		case *pgStore:
+			tx, err := st.pool.Begin(t.Context())
+			require.NoError(t, err)
+			class, obj := pgSessionLockKeys("held")
+			_, err = tx.Exec(t.Context(), "SELECT pg_advisory_xact_lock($1::int4, $2::int4)", class, obj)
+			require.NoError(t, err)
+			release = func() { _ = tx.Rollback(context.Background()) }
+		case *myStore:
+			tx, err := st.db.BeginTx(t.Context(), nil)
+			require.NoError(t, err)
+			_, err = tx.ExecContext(t.Context(), myTakeSessionLock, "held")
+			require.NoError(t, err)
+			release = func() { _ = tx.Rollback() }
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err := ss.ApplySessions(ctx, []Session{s1})
+		cancel()
+		require.Error(t, err)
+		require.False(t, IsPermanent(err), "waiting for a lock is not the session's fault: %v", err)
+		release()
+		require.Equal(t, map[int64]string{1: "0.00"}, h.balances(t, tbl), "a batch that did not get its lock applied something")
+		applied, err := ss.ApplySessions(t.Context(), []Session{s1})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		require.Equal(t, map[int64]string{1: "1.00"}, h.balances(t, tbl))
 	})
 }
