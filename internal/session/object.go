@@ -57,9 +57,6 @@ func fastObject(s string, o *Object) bool {
 						return false
 					}
 				}
-				if len(st.Args) == 0 {
-					return false
-				}
 			}
 			if !p.lit(`}`) {
 				return false
