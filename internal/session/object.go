@@ -37,53 +37,29 @@ func fastObject(s string, o *Object) bool {
 	if !p.lit(`{"id":`) || !p.str(&o.ID) || !p.lit(`,"queue":`) || !p.str(&o.Queue) || !p.lit(`,"at":`) || !p.int(&o.At) {
 		return false
 	}
-	if p.lit(`,"statements":[`) {
-		for {
-			var st store.Statement
-			if !p.lit(`{"sql":`) || !p.str(&st.SQL) {
-				return false
-			}
-			if p.lit(`,"args":[`) {
-				for {
-					v, ok := p.value()
-					if !ok {
-						return false
-					}
-					st.Args = append(st.Args, json.RawMessage(v))
-					if p.lit(`]`) {
-						break
-					}
-					if !p.lit(`,`) {
-						return false
-					}
-				}
-			}
-			if !p.lit(`}`) {
-				return false
-			}
-			o.Statements = append(o.Statements, st)
-			if p.lit(`]`) {
-				break
-			}
-			if !p.lit(`,`) {
-				return false
-			}
+	if p.lit(`,"statements":[`) && !p.list(func() bool {
+		var st store.Statement
+		if !p.lit(`{"sql":`) || !p.str(&st.SQL) {
+			return false
 		}
+		if p.lit(`,"args":[`) && !p.list(func() bool {
+			v, ok := p.value()
+			st.Args = append(st.Args, json.RawMessage(v))
+			return ok
+		}) {
+			return false
+		}
+		o.Statements = append(o.Statements, st)
+		return p.lit(`}`)
+	}) {
+		return false
 	}
-	if p.lit(`,"affects":[`) {
-		for {
-			var k string
-			if !p.str(&k) {
-				return false
-			}
-			o.Affects = append(o.Affects, k)
-			if p.lit(`]`) {
-				break
-			}
-			if !p.lit(`,`) {
-				return false
-			}
-		}
+	if p.lit(`,"affects":[`) && !p.list(func() bool {
+		var k string
+		o.Affects = append(o.Affects, k)
+		return p.str(&o.Affects[len(o.Affects)-1])
+	}) {
+		return false
 	}
 	return p.lit(`}`) && p.i == len(s)
 }
@@ -137,6 +113,22 @@ func (p *objParser) int(v *int64) bool {
 	}
 	*v, p.i = n, j
 	return true
+}
+
+// list reads the items of an array whose '[' was read, each with item,
+// through its ']'.
+func (p *objParser) list(item func() bool) bool {
+	for {
+		if !item() {
+			return false
+		}
+		if p.lit("]") {
+			return true
+		}
+		if !p.lit(",") {
+			return false
+		}
+	}
 }
 
 // value reads one JSON value, as it is written.
