@@ -40,6 +40,9 @@ type Options struct {
 	// Cold starts a sidecar run with an empty cache; otherwise Warm fills
 	// it first, as the load leaves the database's buffer pool warm.
 	Cold bool
+	// CPUProfile, if set, receives a CPU profile of the measured run
+	// (RunOptions.CPUProfile).
+	CPUProfile string
 	// AfterFlush, if set, runs once a sidecar's queues are flushed, before
 	// the sidecar stops (tests look at its cache).
 	AfterFlush func(context.Context, *sidecar.Sidecar) error
@@ -81,7 +84,7 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 	fmt.Fprintf(o.Log, "[tpcc %s] loaded %d warehouses (%d items, %d customers per district) in %.1fs\n",
 		o.Policy, o.Scale.Warehouses, o.Scale.Items, o.Scale.Customers, out.LoadSeconds)
 	ro := RunOptions{Label: "tpcc " + o.Policy, Scale: o.Scale, Terminals: o.Terminals, Warmup: o.Warmup, Duration: o.Duration,
-		Seed: o.Seed, Constants: consts, Progress: o.Log}
+		Seed: o.Seed, Constants: consts, Progress: o.Log, CPUProfile: o.CPUProfile}
 	if o.Policy == bench.Database {
 		run := db
 		if runDSN != o.DSN {

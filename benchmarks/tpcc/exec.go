@@ -80,22 +80,34 @@ func (t *dbTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row
 // GetMany and ListMany send the reads' queries in one pgx batch: one
 // round trip, as the sidecar's multi-read is one request.
 func (t *dbTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
-	lists, err := t.queryMany(ctx, l, reads)
+	lists, err := t.queryMany(ctx, reads, leases(l, len(reads)))
 	if err != nil {
 		return nil, err
 	}
 	return firstRows(lists), nil
 }
 
-func (t *dbTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
-	return t.queryMany(ctx, l, reads)
+// GetWith sends the peeks' queries and then the leased ones in one batch.
+func (t *dbTx) GetWith(ctx context.Context, l Lease, leased, peek []Read) ([]Row, []Row, error) {
+	reads, ls := withPeeks(l, leased, peek)
+	lists, err := t.queryMany(ctx, reads, ls)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := firstRows(lists)
+	return rows[len(peek):], rows[:len(peek)], nil
 }
 
-func (t *dbTx) queryMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
+func (t *dbTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
+	return t.queryMany(ctx, reads, leases(l, len(reads)))
+}
+
+// queryMany runs reads[i] under ls[i].
+func (t *dbTx) queryMany(ctx context.Context, reads []Read, ls []Lease) ([][]Row, error) {
 	b := &pgx.Batch{}
-	for _, r := range reads {
+	for i, r := range reads {
 		q := r.M.dbQuery()
-		if l == ForUpdate {
+		if ls[i] == ForUpdate {
 			q += " FOR UPDATE"
 		}
 		b.Queue(q, r.Params...)
@@ -225,6 +237,60 @@ func (t *sessionTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, 
 	return out, err
 }
 
+// GetWith reads the leased entries and peeks at the others in one request
+// (ReadCache): the session begins there if it has not yet.
+func (t *sessionTx) GetWith(ctx context.Context, l Lease, leased, peek []Read) ([]Row, []Row, error) {
+	if l == Unleased {
+		rows, err := t.GetMany(ctx, l, append(append([]Read(nil), leased...), peek...))
+		if err != nil {
+			return nil, nil, err
+		}
+		return rows[:len(leased)], rows[len(leased):], nil
+	}
+	r := client.Reads{Keys: keysOf(leased), Peek: keysOf(peek), ForUpdate: l == ForUpdate}
+	sid := t.sid
+	if sid == "" {
+		sid = "new"
+	}
+	res, err := t.c.ReadCache(ctx, sid, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.sid == "" {
+		t.sid = res.Session
+	}
+	rows, peeked := make([]Row, len(leased)), make([]Row, len(peek))
+	if err := decodeInto(r.Keys, res.Values, func(i int) any { return &rows[i] }); err != nil {
+		return nil, nil, err
+	}
+	if err := decodeInto(r.Peek, res.Peeked, func(i int) any { return &peeked[i] }); err != nil {
+		return nil, nil, err
+	}
+	return rows, peeked, nil
+}
+
+func keysOf(reads []Read) []string {
+	keys := make([]string, len(reads))
+	for i, r := range reads {
+		keys[i] = r.M.Key(r.Params...)
+	}
+	return keys
+}
+
+// decodeInto decodes each of vals that exists (keys' values) into
+// into(i).
+func decodeInto(keys []string, vals []json.RawMessage, into func(i int) any) error {
+	for i, raw := range vals {
+		if raw == nil {
+			continue
+		}
+		if err := decodeJSON(raw, into(i)); err != nil {
+			return fmt.Errorf("tpcc: %s reads %s: %v", keys[i], raw, err)
+		}
+	}
+	return nil
+}
+
 func (t *sessionTx) List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error) {
 	lists, err := t.ListMany(ctx, l, []Read{{m, params}})
 	if err != nil {
@@ -243,23 +309,12 @@ func (t *sessionTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Ro
 // fetchInto reads the entries in one request and decodes each value that
 // exists into into(i).
 func (t *sessionTx) fetchInto(ctx context.Context, l Lease, reads []Read, into func(i int) any) error {
-	keys := make([]string, len(reads))
-	for i, r := range reads {
-		keys[i] = r.M.Key(r.Params...)
-	}
+	keys := keysOf(reads)
 	vals, err := t.fetch(ctx, l, keys)
 	if err != nil {
 		return err
 	}
-	for i, raw := range vals {
-		if raw == nil {
-			continue
-		}
-		if err := decodeJSON(raw, into(i)); err != nil {
-			return fmt.Errorf("tpcc: %s reads %s: %v", keys[i], raw, err)
-		}
-	}
-	return nil
+	return decodeInto(keys, vals, into)
 }
 
 func decodeJSON(raw []byte, v any) error {

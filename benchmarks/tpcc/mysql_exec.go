@@ -87,22 +87,35 @@ func (t *myTx) Get(ctx context.Context, m *Mapping, l Lease, params ...any) (Row
 // trip, as PostgreSQL's pgx batch and the sidecar's multi-read. (A UNION
 // ALL would need one column list for rows of different tables.)
 func (t *myTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error) {
-	lists, err := t.queryMany(ctx, l, reads)
+	lists, err := t.queryMany(ctx, reads, leases(l, len(reads)))
 	if err != nil {
 		return nil, err
 	}
 	return firstRows(lists), nil
 }
 
-func (t *myTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
-	return t.queryMany(ctx, l, reads)
+// GetWith sends the peeks' queries and then the leased ones as one
+// multi-statement.
+func (t *myTx) GetWith(ctx context.Context, l Lease, leased, peek []Read) ([]Row, []Row, error) {
+	reads, ls := withPeeks(l, leased, peek)
+	lists, err := t.queryMany(ctx, reads, ls)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := firstRows(lists)
+	return rows[len(peek):], rows[:len(peek)], nil
 }
 
-func (t *myTx) queryMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
+func (t *myTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {
+	return t.queryMany(ctx, reads, leases(l, len(reads)))
+}
+
+// queryMany runs reads[i] under ls[i].
+func (t *myTx) queryMany(ctx context.Context, reads []Read, ls []Lease) ([][]Row, error) {
 	var b strings.Builder
 	var args []any
 	for i, r := range reads {
-		q, a, err := stmt(r.M, l, r.Params)
+		q, a, err := stmt(r.M, ls[i], r.Params)
 		if err != nil {
 			return nil, err
 		}

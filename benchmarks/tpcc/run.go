@@ -28,6 +28,10 @@ type RunOptions struct {
 	// sessions; it is sampled every second and shown on progress lines.
 	Memory   func(context.Context) (pinned, pending int64, err error)
 	Progress io.Writer
+	// CPUProfile, if set, is a file that receives a CPU profile of the
+	// measured run (this process: the terminals and, in-process, the
+	// sidecar and its appliers), not of the warm-up.
+	CPUProfile string
 }
 
 // Sample is a point of a time series: T seconds after the measured run
@@ -158,10 +162,26 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 	}
 	sample(time.Now())
 	var cpu0 bench.CPU
-	if o.Warmup == 0 {
+	stopProfile := func() {}
+	startMeasuring := func() error {
 		measuring.Store(true)
 		prog.Start()
 		cpu0 = bench.TakeCPU()
+		if o.CPUProfile == "" {
+			return nil
+		}
+		stop, err := bench.StartCPUProfile(o.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("tpcc: cpu profile: %w", err)
+		}
+		stopProfile = stop
+		return nil
+	}
+	if o.Warmup == 0 {
+		if err := startMeasuring(); err != nil {
+			stop.Store(true)
+			failOnce.Do(func() { failed = err })
+		}
 	}
 	for !stop.Load() {
 		now := <-tick.C
@@ -170,9 +190,10 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 			break
 		}
 		if !measuring.Load() && !now.Before(measureAt) {
-			measuring.Store(true)
-			prog.Start()
-			cpu0 = bench.TakeCPU()
+			if err := startMeasuring(); err != nil {
+				stop.Store(true)
+				failOnce.Do(func() { failed = err })
+			}
 		}
 		sample(now)
 		if !now.Before(end) {
@@ -182,6 +203,7 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 	measuring.Store(false)
 	measured := time.Since(measureAt)
 	cpu := bench.TakeCPU().Sub(cpu0)
+	stopProfile()
 	prog.Stop()
 	wg.Wait()
 	sample(time.Now())

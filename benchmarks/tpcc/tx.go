@@ -43,6 +43,10 @@ type Tx interface {
 	// GetMany reads several single-row entries in one round trip: rows[i]
 	// is reads[i]'s row, nil when it has no value.
 	GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error)
+	// GetWith reads in one round trip the single-row entries of leased
+	// under l and those of peek unleased: rows[i] is leased[i]'s row and
+	// peeked[j] peek[j]'s, nil when it has no value.
+	GetWith(ctx context.Context, l Lease, leased, peek []Read) (rows, peeked []Row, err error)
 	// List reads a many-row entry; ListMany several, in one round trip.
 	List(ctx context.Context, m *Mapping, l Lease, params ...any) ([]Row, error)
 	ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error)
@@ -64,6 +68,23 @@ type Tx interface {
 type Read struct {
 	M      *Mapping
 	Params []any
+}
+
+// leases is l for each of n reads.
+func leases(l Lease, n int) []Lease {
+	out := make([]Lease, n)
+	for i := range out {
+		out[i] = l
+	}
+	return out
+}
+
+// withPeeks is peek then leased as one list of reads, and the lease of
+// each: the peeks unleased, the rest under l. A database runs them in
+// that order, so that its row locks (FOR UPDATE) are taken last.
+func withPeeks(l Lease, leased, peek []Read) ([]Read, []Lease) {
+	reads := append(append(make([]Read, 0, len(peek)+len(leased)), peek...), leased...)
+	return reads, append(leases(Unleased, len(peek)), leases(l, len(leased))...)
 }
 
 // Executor begins transactions of one policy.

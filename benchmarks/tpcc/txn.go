@@ -165,11 +165,10 @@ func (t *terminal) run(ctx context.Context, tx Tx, in input) (outcome, error) {
 }
 
 // newOrder is clause 2.4.2. Item, warehouse, customer and stock columns it
-// reads never change, so it reads them without leases, first and in one
-// round trip (GetMany): the
-// district's d_next_o_id, the contended value, is read (and, in the
-// database, locked) last, so that its lease or row lock is held for one
-// read and the commit rather than for the whole order.
+// reads never change, so it reads them without leases, in the round trip
+// (GetWith) that reads the district's d_next_o_id, the contended value,
+// under its X lease (the database: FOR UPDATE, after the others), which
+// is then held only until the commit, not over several reads.
 func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, error) {
 	w, d := t.w, in.d
 	n := len(in.items)
@@ -178,7 +177,7 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 	for i, id := range in.items {
 		reads = append(reads, Read{MapItem, []any{id}}, Read{MapStock, []any{in.supply[i], id}})
 	}
-	rows, err := tx.GetMany(ctx, Unleased, reads)
+	dists, rows, err := tx.GetWith(ctx, ForUpdate, []Read{{MapDistrict, []any{w, d}}}, reads)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -211,9 +210,9 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 		}
 		infos[i] = stock.Str(fmt.Sprintf("s_dist_%02d", d))
 	}
-	dist, ok, err := tx.Get(ctx, MapDistrict, ForUpdate, w, d)
-	if err != nil || !ok {
-		return outcome{}, missing(err, "district", w, d)
+	dist := dists[0]
+	if dist == nil {
+		return outcome{}, missing(nil, "district", w, d)
 	}
 	dTax, err := dist.Float("d_tax")
 	if err != nil {
@@ -292,26 +291,27 @@ func missing(err error, what string, ids ...any) error {
 
 // findCustomer returns the customer of a Payment or Order-Status: by
 // number, or by last name the one at position ⌈n/2⌉ of those with that
-// name sorted by first name (clause 2.5.2.2).
-func findCustomer(ctx context.Context, tx Tx, l Lease, in input) (Row, int, error) {
-	c := in.c
+// name sorted by first name (clause 2.5.2.2). The customer's read, under
+// l, also peeks at peek (GetWith): peeked[j] is peek[j]'s row.
+func findCustomer(ctx context.Context, tx Tx, l Lease, in input, peek ...Read) (cust Row, c int, peeked []Row, err error) {
+	c = in.c
 	if in.byName != "" {
 		ids, err := tx.List(ctx, MapCustomersByName, Unleased, in.cw, in.cd, in.byName)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		if len(ids) == 0 {
-			return nil, 0, fmt.Errorf("tpcc: no customer named %s in district %d/%d", in.byName, in.cw, in.cd)
+			return nil, 0, nil, fmt.Errorf("tpcc: no customer named %s in district %d/%d", in.byName, in.cw, in.cd)
 		}
 		if c, err = ids[(len(ids)+1)/2-1].Int("c_id"); err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 	}
-	cust, ok, err := tx.Get(ctx, MapCustomer, l, in.cw, in.cd, c)
-	if err != nil || !ok {
-		return nil, 0, missing(err, "customer", in.cw, in.cd, c)
+	custs, peeked, err := tx.GetWith(ctx, l, []Read{{MapCustomer, []any{in.cw, in.cd, c}}}, peek)
+	if err != nil || custs[0] == nil {
+		return nil, 0, nil, missing(err, "customer", in.cw, in.cd, c)
 	}
-	return cust, c, nil
+	return custs[0], c, peeked, nil
 }
 
 // payment is clause 2.5.2. Warehouse and district year-to-date amounts are
@@ -319,7 +319,7 @@ func findCustomer(ctx context.Context, tx Tx, l Lease, in input) (Row, int, erro
 // to the customer's warehouse's queue, which may be another warehouse's.
 func (t *terminal) payment(ctx context.Context, tx Tx, in input) (outcome, error) {
 	w, d := t.w, in.d
-	rows, err := tx.GetMany(ctx, Unleased, []Read{{MapWarehouse, []any{w}}, {MapDistrict, []any{w, d}}})
+	cust, c, rows, err := findCustomer(ctx, tx, ForUpdate, in, Read{MapWarehouse, []any{w}}, Read{MapDistrict, []any{w, d}})
 	if err != nil {
 		return outcome{}, err
 	}
@@ -329,10 +329,6 @@ func (t *terminal) payment(ctx context.Context, tx Tx, in input) (outcome, error
 	}
 	if dist == nil {
 		return outcome{}, missing(nil, "district", w, d)
-	}
-	cust, c, err := findCustomer(ctx, tx, ForUpdate, in)
-	if err != nil {
-		return outcome{}, err
 	}
 	bal, err := cust.Float("c_balance")
 	if err != nil {
@@ -379,7 +375,7 @@ func (t *terminal) payment(ctx context.Context, tx Tx, in input) (outcome, error
 
 // orderStatus is clause 2.6.2: read-only, under S leases.
 func (t *terminal) orderStatus(ctx context.Context, tx Tx, in input) error {
-	_, c, err := findCustomer(ctx, tx, Shared, in)
+	_, c, _, err := findCustomer(ctx, tx, Shared, in)
 	if err != nil {
 		return err
 	}

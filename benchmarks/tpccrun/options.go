@@ -48,7 +48,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "a quick run (under 2 minutes): 2 warehouses, 5 terminals each, 10000 items, 300 customers, 2s warm-up, 10s measured, unless set explicitly")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the load and the terminals")
 	cache := fs.String("cache", "warm", "the sidecar's cache when a run starts: warm (every warehouse, district, customer, customers-by-last-name, item and stock entry read first, as the load leaves the database's buffer pool warm) or cold (empty)")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole command (client, sidecar and appliers) to this file")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each policy's measured run (this process: the terminals and, in-process, the sidecar and its appliers) to this file, with the policy before its extension (cpu.pprof: cpu-write-back.pprof)")
 	if err := bench.Parse(fs, args); err != nil {
 		return nil, err
 	}

@@ -23,14 +23,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // execute runs the parsed command and returns its exit code.
 func execute(ctx context.Context, o *options, stdout, stderr io.Writer) int {
-	if o.cpuprofile != "" {
-		stop, err := bench.StartCPUProfile(o.cpuprofile)
-		if err != nil {
-			fmt.Fprintln(stderr, "tpcc: --cpuprofile:", err)
-			return 2
-		}
-		defer stop()
-	}
 	if err := compare(ctx, o, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "tpcc:", err)
 		return 1
@@ -69,7 +61,8 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var failures []string
 	for _, p := range o.policies {
 		out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, Store: o.store, DSN: o.dsn, RunDSN: runDSN, RedisAddr: o.redis, Scale: scale,
-			Terminals: o.terminals, Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold})
+			Terminals: o.terminals, Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold,
+			CPUProfile: profilePath(o.cpuprofile, p)})
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -128,4 +121,14 @@ func deviations(s tpcc.Scale) []string {
 			"last names drawn from the first %d of the 1000", s.Items, s.Customers, min(1000, s.Customers)))
 	}
 	return d
+}
+
+// profilePath is where policy's CPU profile goes: path with the policy
+// before its extension (cpu.pprof: cpu-write-back.pprof); "" for none.
+func profilePath(path, policy string) string {
+	if path == "" {
+		return ""
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + policy + ext
 }

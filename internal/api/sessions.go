@@ -131,31 +131,37 @@ func (sh *sessionHandler) read(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// readMany serves GET /v1/cache?key=a&key=b…: several mapped entries in
-// one request (session.Service.ReadMany); with session=new, in a session
-// it begins (session.Service.BeginRead).
+// readMany serves GET /v1/cache?key=a&key=b…&peek=c…: several mapped
+// entries in one request (session.Service.ReadAll), the peeked ones
+// without leases; with session=new, in a session it begins
+// (session.Service.BeginReadAll).
 func (sh *sessionHandler) readMany(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	forUpdate, err := leaseParam(r)
 	if err != nil {
 		return err
 	}
-	keys := q["key"]
-	if len(keys) == 0 {
-		return apiError(http.StatusBadRequest, "invalid_argument", "name the keys to read: GET /v1/cache?key=a&key=b, or GET /v1/cache/{key} for one")
+	rd := session.Reads{Keys: q["key"], Peek: q["peek"], ForUpdate: forUpdate}
+	if len(rd.Keys) == 0 && len(rd.Peek) == 0 {
+		return apiError(http.StatusBadRequest, "invalid_argument", "name the keys to read: GET /v1/cache?key=a&key=b (peek=c: without a lease), or GET /v1/cache/{key} for one")
 	}
 	var res client.CacheManyResult
 	if sid := q.Get("session"); sid == "new" {
-		res.Session, res.Values, err = sh.s.Service.BeginRead(r.Context(), keys, forUpdate)
+		res.Session, res.Values, res.Peeked, err = sh.s.Service.BeginReadAll(r.Context(), rd)
 	} else {
-		res.Values, err = sh.s.Service.ReadMany(r.Context(), sid, keys, forUpdate)
+		res.Values, res.Peeked, err = sh.s.Service.ReadAll(r.Context(), sid, rd)
 	}
 	if err != nil {
 		return sessionError(w, err)
 	}
-	for i, v := range res.Values {
-		if v == nil {
-			res.Values[i] = json.RawMessage("null")
+	if res.Values == nil {
+		res.Values = []json.RawMessage{}
+	}
+	for _, vals := range [][]json.RawMessage{res.Values, res.Peeked} {
+		for i, v := range vals {
+			if v == nil {
+				vals[i] = json.RawMessage("null")
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, res)

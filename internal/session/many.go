@@ -5,97 +5,117 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/rscript"
 )
 
-// MaxReadMany bounds the keys of one ReadMany.
+// MaxReadMany bounds the keys of one ReadMany (leased and peeked
+// together).
 const MaxReadMany = 1000
 
+// Reads is one multi-read: Keys in the session under its leases (S, X
+// with ForUpdate), Peek as a read outside any session reads them (no
+// lease: the latest committed value), in the same round trips. A
+// transaction reads in one request both the entries it must hold still
+// and the ones no transaction changes.
+type Reads struct {
+	Keys      []string
+	Peek      []string
+	ForUpdate bool
+}
+
 // ReadMany reads several mapped cache keys as Read reads each, in one
-// session (id not empty: under S leases, X with forUpdate) or none. Every
+// session (id not empty: under S leases, X with forUpdate) or none; see
+// ReadAll.
+func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpdate bool) ([]json.RawMessage, error) {
+	vals, _, err := s.readMany(ctx, id, 0, Reads{Keys: keys, ForUpdate: forUpdate})
+	return vals, err
+}
+
+// ReadAll reads r.Keys in session id (under S leases, X with
+// r.ForUpdate; without a session, none) and r.Peek without leases. Every
 // key is resolved first: a key that cannot be read (invalid, unmapped)
 // refuses the whole request before any lease is taken. In a session the
 // keys are noted in its record in one round trip and read in one more, a
-// pipeline of readScript runs; outside one the cached entries are read in
-// one pipeline of GETs (peek). Only the keys that need more — a miss, a
-// lease to wait for or retry — go on alone, concurrently. A key with no
-// value reads as nil. A lease not granted aborts the session, as in Read:
-// the first such error is returned and the values are nil.
-func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpdate bool) ([]json.RawMessage, error) {
-	return s.readMany(ctx, id, 0, keys, forUpdate)
+// pipeline of readScript runs and the peeks' GETs; outside one every entry
+// is read in one pipeline of GETs (peek). Only the keys that need more — a
+// miss, a lease to wait for or retry — go on alone, concurrently. A key
+// with no value reads as nil. A lease not granted aborts the session, as
+// in Read: the first such error is returned and the values are nil.
+func (s *Service) ReadAll(ctx context.Context, id string, r Reads) (vals, peeked []json.RawMessage, err error) {
+	return s.readMany(ctx, id, 0, r)
 }
 
-// BeginRead begins a session and reads keys in it, as ReadMany, in the
-// same round trips: the session's record is created by the step that
-// notes the keys. It returns the session's id, which goes on as one begun
-// by Begin; after an error other than an abort, the session may exist but
-// is best left to time out (its leases expire).
+// BeginRead begins a session and reads keys in it, as ReadMany; see
+// BeginReadAll.
 func (s *Service) BeginRead(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error) {
-	id := newID()
-	vals, err := s.readMany(ctx, id, time.Now().UnixMicro(), keys, forUpdate)
+	id, vals, _, err := s.BeginReadAll(ctx, Reads{Keys: keys, ForUpdate: forUpdate})
+	return id, vals, err
+}
+
+// BeginReadAll begins a session and reads r in it, as ReadAll, in one
+// round trip: the step that creates the session's record and notes the
+// keys, the lease requests and the peeks go in one pipeline, in that
+// order. It returns the session's id, which goes on as one begun by Begin;
+// after an error other than an abort, the session may exist but is best
+// left to time out (its leases expire).
+func (s *Service) BeginReadAll(ctx context.Context, r Reads) (id string, vals, peeked []json.RawMessage, err error) {
+	id = newID()
+	vals, peeked, err = s.readMany(ctx, id, time.Now().UnixMicro(), r)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	s.m.Begun.Inc()
-	return id, vals, nil
+	return id, vals, peeked, nil
 }
 
-// readMany is ReadMany, beginning session id at begin when begin is not 0.
-func (s *Service) readMany(ctx context.Context, id string, begin int64, keys []string, forUpdate bool) ([]json.RawMessage, error) {
-	if len(keys) == 0 || len(keys) > MaxReadMany {
-		return nil, invalid("a multi-read names 1 to %d keys, not %d", MaxReadMany, len(keys))
+// readMany is ReadAll, beginning session id at begin when begin is not 0.
+func (s *Service) readMany(ctx context.Context, id string, begin int64, rd Reads) (vals, peeked []json.RawMessage, err error) {
+	if n := len(rd.Keys) + len(rd.Peek); n == 0 || n > MaxReadMany {
+		return nil, nil, invalid("a multi-read names 1 to %d keys, not %d", MaxReadMany, n)
 	}
-	refs := make([]ref, 0, len(keys))
-	at := make(map[string]int, len(keys)) // key -> index in refs
-	for _, k := range keys {
-		if _, ok := at[k]; ok {
-			continue
-		}
-		r, err := s.resolve(k)
-		if err != nil {
-			return nil, err
-		}
-		at[k] = len(refs)
-		refs = append(refs, r)
+	refs, at, err := s.resolveAll(rd.Keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefs, pat, err := s.resolveAll(rd.Peek)
+	if err != nil {
+		return nil, nil, err
 	}
 	mode := ""
-	var wp waitPlan
 	if id != "" {
 		if !validID(id) {
-			return nil, ErrUnknownSession
+			return nil, nil, ErrUnknownSession
 		}
 		mode = string(lease.Shared)
-		if forUpdate {
+		if rd.ForUpdate {
 			mode = string(lease.Exclusive)
 		}
-		uniq := make([]string, len(refs))
-		for i, r := range refs {
-			uniq[i] = r.key
-		}
-		var err error
-		if wp, err = s.note(ctx, id, begin, mode, uniq...); err != nil {
-			return nil, err
-		}
-	} else if forUpdate {
-		return nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
+	} else if rd.ForUpdate {
+		return nil, nil, invalid("lease=x needs a session; begin one with POST /v1/sessions")
 	}
 
 	// The first round: a key's value, or what its first readScript run
 	// answered when it needs more (nil outside a session: a miss, read
 	// afresh).
-	vals := make([]json.RawMessage, len(refs))
+	vals, pvals := make([]json.RawMessage, len(refs)), make([]json.RawMessage, len(prefs))
 	firsts := make([]*firstRead, len(refs))
+	var wp waitPlan
 	if id == "" {
-		var err error
-		if vals, err = s.peek(ctx, refs); err != nil {
-			return nil, err
+		all, err := s.peek(ctx, append(refs[:len(refs):len(refs)], prefs...))
+		if err != nil {
+			return nil, nil, err
 		}
-	} else if err := s.readFirst(ctx, refs, id, mode, wp, vals, firsts); err != nil {
-		return nil, err
+		copy(vals, all)
+		copy(pvals, all[len(refs):])
+	} else if wp, err = s.readFirst(ctx, id, begin, mode, refs, prefs, vals, firsts, pvals); err != nil {
+		return nil, nil, err
 	}
 
 	var (
@@ -103,14 +123,11 @@ func (s *Service) readMany(ctx context.Context, id string, begin int64, keys []s
 		mu       sync.Mutex
 		firstErr error
 	)
-	for i, r := range refs {
-		if vals[i] != nil {
-			continue
-		}
+	more := func(r ref, id, mode string, first *firstRead, into *json.RawMessage) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			val, err := s.readLeased(ctx, r, id, mode, wp, firsts[i])
+			val, err := s.readLeased(ctx, r, id, mode, wp, first)
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -122,38 +139,156 @@ func (s *Service) readMany(ctx context.Context, id string, begin int64, keys []s
 				}
 				return
 			}
-			vals[i] = val
+			*into = val
 		}()
+	}
+	for i, r := range refs {
+		if vals[i] == nil {
+			more(r, id, mode, firsts[i], &vals[i])
+		}
+	}
+	for i, r := range prefs {
+		if pvals[i] == nil {
+			more(r, "", "", nil, &pvals[i])
+		}
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return nil, firstErr
+		return nil, nil, firstErr
+	}
+	return spread(rd.Keys, at, vals), spread(rd.Peek, pat, pvals), nil
+}
+
+// resolveAll resolves keys, once each: refs in first-seen order, and at,
+// each key's index in refs.
+func (s *Service) resolveAll(keys []string) (refs []ref, at map[string]int, err error) {
+	refs = make([]ref, 0, len(keys))
+	at = make(map[string]int, len(keys))
+	for _, k := range keys {
+		if _, ok := at[k]; ok {
+			continue
+		}
+		r, err := s.resolve(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		at[k] = len(refs)
+		refs = append(refs, r)
+	}
+	return refs, at, nil
+}
+
+// spread returns the value of each of keys from vals, indexed by at.
+func spread(keys []string, at map[string]int, vals []json.RawMessage) []json.RawMessage {
+	if keys == nil {
+		return nil
 	}
 	out := make([]json.RawMessage, len(keys))
 	for i, k := range keys {
 		out[i] = vals[at[k]]
 	}
-	return out, nil
+	return out
 }
 
-// readFirst runs readScript once for every ref, in one pipeline: a hit
-// sets vals[i]; any other answer (a miss, a lease to wait for or retry)
-// sets firsts[i], for readLeased to go on from.
-func (s *Service) readFirst(ctx context.Context, refs []ref, id, mode string, wp waitPlan, vals []json.RawMessage, firsts []*firstRead) error {
+// readFirst notes refs in session id's record, runs readScript once for
+// every ref and GETs the entries of prefs: a hit sets vals[i] (pvals[i]);
+// any other answer of readScript (a miss, a lease to wait for or retry)
+// sets firsts[i], for readLeased to go on from. A session that begins here
+// (begin not 0) does all of it in one pipeline, the step that creates its
+// record first; otherwise the note goes first, as the reads wait until the
+// deadline it answers, and the rest in one pipeline. It returns the
+// session's wait plan.
+func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode string, refs, prefs []ref, vals []json.RawMessage, firsts []*firstRead, pvals []json.RawMessage) (waitPlan, error) {
+	keys := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i] = r.key
+	}
+	var wp waitPlan
+	var deadline any // the reads' wait deadline: absolute, or "+ms" from their own now
+	if begin == 0 {
+		var err error
+		if wp, err = s.note(ctx, id, 0, mode, keys...); err != nil {
+			return wp, err
+		}
+		deadline = wp.deadline
+	} else {
+		// A new session's first leases wait the lease wait from now
+		// (recordScript's answer for them): each read computes it from its
+		// own clock and says which it used.
+		deadline = "+" + strconv.FormatInt(s.cfg.LeaseWait.Milliseconds(), 10)
+		wp = waitPlan{start: begin, first: true}
+	}
+	pipe := s.rdb.Pipeline()
+	var rec *redis.Cmd
+	if begin != 0 {
+		rec = recordScript.EvalSha(ctx, pipe, []string{s.keys.Record(id)}, s.noteArgs(begin, mode, keys)...)
+	}
 	calls := make([]rscript.Call, len(refs))
 	toks := make([]string, len(refs))
+	reads := make([]*redis.Cmd, len(refs))
 	for i, r := range refs {
 		toks[i] = newToken()
-		calls[i] = s.readCall(r, id, mode, wp, toks[i])
+		calls[i] = s.readCall(r, id, mode, wp.start, deadline, toks[i])
+		reads[i] = calls[i].Script.EvalSha(ctx, pipe, calls[i].Keys, calls[i].Args...)
 	}
-	replies, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
+	gets := make([]*redis.StringCmd, len(prefs))
+	for i, r := range prefs {
+		gets[i] = pipe.Get(ctx, s.keys.Entry(r.part, r.key))
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+
+	replies := make([]any, len(refs))
+	errs := make([]error, len(refs))
+	for i, c := range reads {
+		replies[i], errs[i] = c.Result()
+	}
+	rerun := make([]bool, len(refs)) // reads to run again, each with calls[i]
+	for i, err := range errs {
+		rerun[i] = rscript.IsNoScript(err)
+	}
+	if rec != nil {
+		v, err := rec.Result()
+		lost := rscript.IsNoScript(err)
+		if lost {
+			// Redis lost its scripts (a restart): note the keys now and
+			// run every read again, as a session that exists runs them.
+			if err := recordScript.Load(ctx, s.rdb).Err(); err != nil {
+				return wp, fmt.Errorf("session: %w", err)
+			}
+			if wp, err = s.note(ctx, id, begin, mode, keys...); err != nil {
+				return wp, err
+			}
+		} else if wp, err = notePlan(v, err); err != nil {
+			return wp, err
+		}
+		for i, r := range refs {
+			if rerun[i] = rerun[i] || lost; rerun[i] {
+				calls[i] = s.readCall(r, id, mode, wp.start, wp.deadline, toks[i])
+			}
+		}
+	}
+	var again []rscript.Call
+	for i, c := range calls {
+		if rerun[i] {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		// Durable loads the scripts Redis lost and runs them again.
+		rs, es, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, again)
+		for i := range refs {
+			if rerun[i] {
+				replies[i], errs[i], rs, es = rs[0], es[0], rs[1:], es[1:]
+			}
+		}
+	}
 	for i := range refs {
 		if errs[i] != nil {
-			return fmt.Errorf("session: read: %w", errs[i])
+			return wp, fmt.Errorf("session: read: %w", errs[i])
 		}
 		v, ok := replies[i].([]any)
 		if !ok || len(v) < 2 {
-			return fmt.Errorf("session: read: unexpected reply %v", replies[i])
+			return wp, fmt.Errorf("session: read: unexpected reply %v", replies[i])
 		}
 		if code, _ := v[0].(int64); code == 1 {
 			s.m.Reads.WithLabelValues("hit").Inc()
@@ -162,6 +297,22 @@ func (s *Service) readFirst(ctx context.Context, refs []ref, id, mode string, wp
 			continue
 		}
 		firsts[i] = &firstRead{reply: v, tok: toks[i]}
+		if code, _ := v[0].(int64); (code == -2 || code == -3) && len(v) > 2 {
+			// The deadline this read queued with: its later runs and
+			// its leaving name the same waiter.
+			firsts[i].deadline, _ = v[2].(int64)
+		}
 	}
-	return nil
+	for i, c := range gets {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return wp, fmt.Errorf("session: read: %w", err)
+		default:
+			s.m.Reads.WithLabelValues("hit").Inc()
+			pvals[i] = json.RawMessage(v)
+		}
+	}
+	return wp, nil
 }

@@ -73,13 +73,15 @@ func (s *Service) peek(ctx context.Context, refs []ref) ([]json.RawMessage, erro
 	return vals, nil
 }
 
-// readCall is one run of readScript for r with the I token tok.
-func (s *Service) readCall(r ref, id, mode string, wp waitPlan, tok string) rscript.Call {
+// readCall is one run of readScript for r with the I token tok, for a
+// session that started at start and waits until deadline (ms on Redis's
+// clock, or "+ms" from the script's own now).
+func (s *Service) readCall(r ref, id, mode string, start int64, deadline any, tok string) rscript.Call {
 	lk := s.keys.LeaseKey(r.part, r.key)
 	return rscript.Call{
 		Script: readScript,
 		Keys:   []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, r.key), lk.Wait},
-		Args:   []any{id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, wp.start, wp.deadline},
+		Args:   []any{id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, start, deadline},
 	}
 }
 
@@ -88,6 +90,9 @@ func (s *Service) readCall(r ref, id, mode string, wp waitPlan, tok string) rscr
 type firstRead struct {
 	reply []any
 	tok   string
+	// deadline, when not 0, is the wait deadline the run computed and
+	// queued with (a session's first reads, in its begin's round trip).
+	deadline int64
 }
 
 // readLeased runs readScript for r until it answers (waiting for leases,
@@ -96,6 +101,9 @@ type firstRead struct {
 func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp waitPlan, first *firstRead) (json.RawMessage, error) {
 	key := r.key
 	lk := s.keys.LeaseKey(r.part, key)
+	if first != nil && first.deadline != 0 {
+		wp.deadline = first.deadline
+	}
 	w := lease.Waiter{ID: id, Start: wp.start, Deadline: wp.deadline}
 	if mode != "" {
 		w.Mode = lease.Mode(mode[0])
@@ -115,7 +123,7 @@ func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp wai
 			v, tok, first = first.reply, first.tok, nil
 		} else {
 			tok = newToken()
-			c := s.readCall(r, id, mode, wp, tok)
+			c := s.readCall(r, id, mode, wp.start, wp.deadline, tok)
 			v, err = c.Script.Run(ctx, s.rdb, c.Keys, c.Args...).Slice()
 		}
 		if err != nil {

@@ -62,22 +62,30 @@ return {tonumber(redis.call('HGET', KEYS[1], '_')) or 0, deadline, first}
 //
 // KEYS: 1 lease record, 2 entry, 3 mapping, 4 wait queue. ARGV: 1 session
 // ("" none), 2 mode ("S", "X" or "" for none), 3 lifetime ms, 4 I token,
-// 5 session start, 6 wait deadline ms.
-// Returns {-1, conflict} when the lease is refused, {-2, conflict} when the
-// session waits, {-3, conflict} when its wait is over; {1, value} on a
-// hit, {0, mapped seq, filler 0/1} on a miss.
+// 5 session start, 6 wait deadline ms on Redis's clock, or "+ms": that
+// long from now (a session's first leases, requested in the round trip
+// that creates its record).
+// Returns {-1, conflict} when the lease is refused, {-2, conflict,
+// deadline} when the session waits, {-3, conflict, deadline} when its wait
+// is over; {1, value} on a hit, {0, mapped seq, filler 0/1} on a miss.
 var readScript = redis.NewScript(lease.Lua + `
 local now = lease_now()
 local sid, mode, life = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ls = lease_load(KEYS[1], KEYS[2], now)
 if mode ~= '' then
+  local deadline = ARGV[6]
+  if string.sub(deadline, 1, 1) == '+' then
+    deadline = now + tonumber(string.sub(deadline, 2))
+  else
+    deadline = tonumber(deadline)
+  end
   -- voided fillers leave ls, so they do not count below
-  local v, m = lease_request(KEYS[1], KEYS[4], ls, now, sid, mode, tonumber(ARGV[5]), tonumber(ARGV[6]), life)
+  local v, m = lease_request(KEYS[1], KEYS[4], ls, now, sid, mode, tonumber(ARGV[5]), deadline, life)
   if v ~= 'granted' then
     lease_keep(KEYS[1], KEYS[2], now)
     if v == 'refused' then return {-1, m} end
-    if v == 'wait' then return {-2, m} end
-    return {-3, m}
+    if v == 'wait' then return {-2, m, deadline} end
+    return {-3, m, deadline}
   end
 end
 local v = redis.call('GET', KEYS[2])

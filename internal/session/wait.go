@@ -91,12 +91,21 @@ type waitPlan struct {
 // record and returns the requests' wait plan (recordScript). begin, when
 // not zero, is the start of a session note begins (its id new).
 func (s *Service) note(ctx context.Context, id string, begin int64, mode string, keys ...string) (waitPlan, error) {
+	return notePlan(recordScript.Run(ctx, s.rdb, []string{s.keys.Record(id)}, s.noteArgs(begin, mode, keys)...).Result())
+}
+
+// noteArgs are recordScript's arguments for noting keys in mode.
+func (s *Service) noteArgs(begin int64, mode string, keys []string) []any {
 	args := make([]any, 0, 4+2*len(keys))
 	args = append(args, s.cfg.SessionTimeout.Milliseconds(), s.cfg.LeaseWait.Milliseconds(), s.cfg.LeaseLifetime.Milliseconds(), begin)
 	for _, k := range keys {
 		args = append(args, "k:"+k, mode)
 	}
-	v, err := recordScript.Run(ctx, s.rdb, []string{s.keys.Record(id)}, args...).Result()
+	return args
+}
+
+// notePlan reads recordScript's answer.
+func notePlan(v any, err error) (waitPlan, error) {
 	if err != nil {
 		return waitPlan{}, fmt.Errorf("session: %w", err)
 	}

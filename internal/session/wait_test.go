@@ -288,3 +288,142 @@ func TestSessionCommitWaitsOrWounds(t *testing.T) {
 		t.Errorf("the wounded session's commit: %v; want a 409 (voided)", err)
 	}
 }
+
+// TestBeginReadAllOneRoundTrip: a session that begins in a multi-read
+// creates its record, notes its leased keys, takes their leases and reads
+// the peeked entries in one round trip; the peeked keys are neither noted
+// nor leased. A session that exists notes first, then reads: two.
+func TestBeginReadAllOneRoundTrip(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.commitSet(t, "k:1:a", `{"v":"a"}`)
+	w.commitSet(t, "k:1:p", `{"v":"p"}`)
+	w.commitSet(t, "k:2:q", `{"v":"q"}`)
+	rt := &roundTrips{}
+	w.rdb.AddHook(rt)
+	before := rt.n.Load()
+	id, vals, peeked, err := w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a"}, Peek: []string{"k:1:p", "k:2:q", "k:1:p"}, ForUpdate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.n.Load() - before; n != 1 {
+		t.Errorf("a beginning multi-read of hits made %d round trips, want 1", n)
+	}
+	if len(vals) != 1 || string(vals[0]) != `{"v":"a"}` {
+		t.Errorf("values %q, want the leased key's", vals)
+	}
+	if len(peeked) != 3 || string(peeked[0]) != `{"v":"p"}` || string(peeked[1]) != `{"v":"q"}` || string(peeked[2]) != `{"v":"p"}` {
+		t.Errorf("peeked %q, want p, q, p in the order asked", peeked)
+	}
+	read, start, err := w.svc.record(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(read) != 1 || read["k:1:a"] != "X" || start <= 0 {
+		t.Errorf("record %v (start %d), want only k:1:a under X and the session's start", read, start)
+	}
+	if ls, err := lease.Held(ctx, w.rdb, w.leaseKey("k:1:a")); err != nil || len(ls) != 1 || ls[0].Holder != id || ls[0].Mode != lease.Exclusive {
+		t.Errorf("k:1:a's leases %+v (%v), want the session's X", ls, err)
+	}
+	if ls, err := lease.Held(ctx, w.rdb, w.leaseKey("k:1:p")); err != nil || len(ls) != 0 {
+		t.Errorf("a peeked key has leases %+v (%v), want none", ls, err)
+	}
+
+	before = rt.n.Load()
+	vals, peeked, err = w.svc.ReadAll(ctx, id, Reads{Keys: []string{"k:1:b"}, Peek: []string{"k:2:q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.n.Load() - before; n != 3 {
+		// note, reads; k:1:b misses: its fill
+		t.Errorf("a multi-read in a session that exists, one miss, made %d round trips, want 3", n)
+	}
+	if string(vals[0]) != `{"v":0}` || string(peeked[0]) != `{"v":"q"}` {
+		t.Errorf("values %q peeked %q", vals, peeked)
+	}
+	if err := w.commitKey(id, "k:1:a", `{"v":"a2"}`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Outside a session, keys and peeks are both plain reads.
+	vals, peeked, err = w.svc.ReadAll(ctx, "", Reads{Keys: []string{"k:1:a"}, Peek: []string{"k:1:p"}})
+	if err != nil || string(vals[0]) != `{"v":"a2"}` || string(peeked[0]) != `{"v":"p"}` {
+		t.Errorf("outside a session: %q %q %v", vals, peeked, err)
+	}
+	if _, _, err := w.svc.ReadAll(ctx, "", Reads{Peek: []string{"nomapping:x"}}); !errors.Is(err, ErrNoMapping) {
+		t.Errorf("an unmapped peek: %v, want ErrNoMapping", err)
+	}
+}
+
+// TestBeginReadWaitsAsOneWaiter: a session whose first read, in the round
+// trip that begins it, must wait for an older session's X lease queues
+// once, with the deadline its read computed, is granted when the holder
+// commits, and leaves no waiter behind.
+func TestBeginReadWaitsAsOneWaiter(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseWait, c.LeaseLifetime = 5*time.Second, 5*time.Second })
+	ctx := context.Background()
+	holder := w.beginAt(t, 1000)
+	if _, err := w.svc.Read(ctx, holder, "k:1:a", true); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		vals []json.RawMessage
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, vals, _, err := w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a"}, ForUpdate: true})
+		done <- result{vals, err}
+	}()
+	var ws []lease.Waiter
+	waitUntil(t, "the beginning session to queue", func() bool { ws = w.waiters(t, "k:1:a"); return len(ws) > 0 })
+	time.Sleep(50 * time.Millisecond) // its polls must not queue it again
+	if ws = w.waiters(t, "k:1:a"); len(ws) != 1 {
+		t.Fatalf("waiters %+v, want the one session once", ws)
+	}
+	if left := time.Until(time.UnixMilli(ws[0].Deadline)); left < 4*time.Second || left > 6*time.Second {
+		t.Errorf("the waiter's deadline is %s away, want about the 5s lease wait", left)
+	}
+	if err := w.commitKey(holder, "k:1:a", `{"v":1}`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || string(r.vals[0]) != `{"v":1}` {
+			t.Fatalf("the beginning session read %q, %v; want the holder's commit", r.vals, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the beginning session was not granted after the holder committed")
+	}
+	if ws := w.waiters(t, "k:1:a"); len(ws) != 0 {
+		t.Errorf("waiters left behind: %+v", ws)
+	}
+}
+
+// TestBeginReadAfterScriptsLost: a beginning multi-read on a Redis that
+// lost its scripts (a restart) loads them and still notes, leases and
+// reads.
+func TestBeginReadAfterScriptsLost(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.commitSet(t, "k:1:a", `{"v":"a"}`)
+	if err := w.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, vals, peeked, err := w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a", "k:1:b"}, Peek: []string{"k:1:a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(vals[0]) != `{"v":"a"}` || string(vals[1]) != `{"v":0}` || string(peeked[0]) != `{"v":"a"}` {
+		t.Errorf("values %q peeked %q", vals, peeked)
+	}
+	read, _, err := w.svc.record(ctx, id)
+	if err != nil || read["k:1:a"] != "S" || read["k:1:b"] != "S" {
+		t.Errorf("record %v (%v), want both keys under S", read, err)
+	}
+	for _, k := range []string{"k:1:a", "k:1:b"} {
+		if ls, err := lease.Held(ctx, w.rdb, w.leaseKey(k)); err != nil || len(ls) != 1 || ls[0].Holder != id {
+			t.Errorf("%s's leases %+v (%v), want the session's S", k, ls, err)
+		}
+	}
+}

@@ -109,7 +109,7 @@ func (c *Client) BeginSession(ctx context.Context) (string, error) {
 // values[i] is keys[i]'s value, nil when it has none. An unmapped key
 // refuses the whole request.
 func (c *Client) CacheMany(ctx context.Context, keys []string, session string, forUpdate bool) ([]json.RawMessage, error) {
-	res, err := c.cacheMany(ctx, keys, session, forUpdate)
+	res, err := c.ReadCache(ctx, session, Reads{Keys: keys, ForUpdate: forUpdate})
 	return res.Values, err
 }
 
@@ -117,28 +117,38 @@ func (c *Client) CacheMany(ctx context.Context, keys []string, session string, f
 // with forUpdate) in one request, as BeginSession then CacheMany would in
 // two: it returns the session, to go on with, and the values.
 func (c *Client) BeginCacheMany(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error) {
-	res, err := c.cacheMany(ctx, keys, "new", forUpdate)
+	res, err := c.ReadCache(ctx, "new", Reads{Keys: keys, ForUpdate: forUpdate})
 	return res.Session, res.Values, err
 }
 
-func (c *Client) cacheMany(ctx context.Context, keys []string, session string, forUpdate bool) (CacheManyResult, error) {
+// ReadCache reads r in one request: r.Keys in session (under its leases;
+// "" none; "new" begins one, whose id the result carries) and r.Peek
+// without leases. Values[i] is r.Keys[i]'s value and Peeked[j]
+// r.Peek[j]'s, nil when it has none. An unmapped key refuses the whole
+// request.
+func (c *Client) ReadCache(ctx context.Context, session string, r Reads) (CacheManyResult, error) {
 	q := url.Values{}
-	for _, k := range keys {
+	for _, k := range r.Keys {
 		q.Add("key", k)
+	}
+	for _, k := range r.Peek {
+		q.Add("peek", k)
 	}
 	if session != "" {
 		q.Set("session", session)
 	}
-	if forUpdate {
+	if r.ForUpdate {
 		q.Set("lease", "x")
 	}
 	var res CacheManyResult
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/cache?"+q.Encode(), nil, &res); err != nil {
 		return CacheManyResult{}, err
 	}
-	for i, v := range res.Values {
-		if string(v) == "null" {
-			res.Values[i] = nil
+	for _, vals := range [][]json.RawMessage{res.Values, res.Peeked} {
+		for i, v := range vals {
+			if string(v) == "null" {
+				vals[i] = nil
+			}
 		}
 	}
 	return res, nil

@@ -88,12 +88,25 @@ type ManyResult struct {
 	Docs []json.RawMessage `json:"docs"`
 }
 
-// CacheManyResult is the body of GET /v1/cache?key=…&key=…: the values in
-// the order asked, null for a key with no value, and with session=new the
-// session the read began.
+// CacheManyResult is the body of GET /v1/cache?key=…&key=…&peek=…: the
+// values of the keys in the order asked, null for a key with no value,
+// the values of the peeked keys likewise, and with session=new the session
+// the read began.
 type CacheManyResult struct {
 	Session string            `json:"session,omitempty"`
 	Values  []json.RawMessage `json:"values"`
+	Peeked  []json.RawMessage `json:"peeked,omitempty"`
+}
+
+// Reads is one multi-read (ReadCache): Keys in the session, under its S
+// leases (X with ForUpdate); Peek without a lease, as a read outside any
+// session reads them (the latest committed value). A transaction reads in
+// one request the entries it must hold still and the ones no transaction
+// changes.
+type Reads struct {
+	Keys      []string
+	Peek      []string
+	ForUpdate bool
 }
 
 // ErrorBody is the body of every error response.

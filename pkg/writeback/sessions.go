@@ -23,6 +23,7 @@ type Sessions interface {
 	Cache(ctx context.Context, key, session string, forUpdate bool) (json.RawMessage, error)
 	CacheMany(ctx context.Context, keys []string, session string, forUpdate bool) ([]json.RawMessage, error)
 	BeginCacheMany(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error)
+	ReadCache(ctx context.Context, session string, r client.Reads) (client.CacheManyResult, error)
 	ValidateSession(ctx context.Context, session string) error
 	CommitSession(ctx context.Context, session string, commit client.Commit) (client.CommitResult, error)
 	AbortSession(ctx context.Context, session string) error
@@ -80,46 +81,47 @@ func (db *DB) Cache(ctx context.Context, key, session string, forUpdate bool) (j
 // read. As over HTTP, session "new" begins a session (whose id only
 // BeginCacheMany returns).
 func (db *DB) CacheMany(ctx context.Context, keys []string, session string, forUpdate bool) ([]json.RawMessage, error) {
-	if session == "new" {
-		_, vals, err := db.BeginCacheMany(ctx, keys, forUpdate)
-		return vals, err
-	}
-	return db.cacheMany(ctx, keys, func(ctx context.Context) ([]json.RawMessage, error) {
-		return db.sessions.Service().ReadMany(ctx, session, keys, forUpdate)
-	})
+	res, err := db.ReadCache(ctx, session, client.Reads{Keys: keys, ForUpdate: forUpdate})
+	return res.Values, err
 }
 
 // BeginCacheMany begins a session and reads keys in it (under S leases, X
 // with forUpdate), as BeginSession then CacheMany would: it returns the
 // session, to go on with, and the values.
 func (db *DB) BeginCacheMany(ctx context.Context, keys []string, forUpdate bool) (string, []json.RawMessage, error) {
-	var id string
-	vals, err := db.cacheMany(ctx, keys, func(ctx context.Context) (vals []json.RawMessage, err error) {
-		id, vals, err = db.sessions.Service().BeginRead(ctx, keys, forUpdate)
-		return vals, err
-	})
-	if err != nil {
-		return "", nil, err
-	}
-	return id, vals, nil
+	res, err := db.ReadCache(ctx, "new", client.Reads{Keys: keys, ForUpdate: forUpdate})
+	return res.Session, res.Values, err
 }
 
-// cacheMany runs a multi-read; an empty list of keys is refused as the
-// HTTP API refuses it.
-func (db *DB) cacheMany(ctx context.Context, keys []string, read func(context.Context) ([]json.RawMessage, error)) ([]json.RawMessage, error) {
-	if len(keys) == 0 {
-		return nil, invalid("name the keys to read: a multi-read of no key reads nothing")
+// ReadCache reads r as over HTTP: r.Keys in session sid (under its leases; ""
+// none; "new" begins one, whose id the result carries) and r.Peek without
+// leases, in one Redis round trip for a session that begins here and for
+// none, two for one that exists (its record first), besides misses and
+// waits. An empty read is refused as the HTTP API refuses it.
+func (db *DB) ReadCache(ctx context.Context, sid string, r client.Reads) (client.CacheManyResult, error) {
+	if len(r.Keys)+len(r.Peek) == 0 {
+		return client.CacheManyResult{}, invalid("name the keys to read: a multi-read of no key reads nothing")
 	}
 	ctx, done, ok := db.sessionCall(ctx)
 	if !ok {
-		return nil, ErrClosed
+		return client.CacheManyResult{}, ErrClosed
 	}
 	defer done()
-	vals, err := read(ctx)
-	if err != nil {
-		return nil, db.sessionFail(err)
+	rd := session.Reads{Keys: r.Keys, Peek: r.Peek, ForUpdate: r.ForUpdate}
+	var res client.CacheManyResult
+	var err error
+	if sid == "new" {
+		res.Session, res.Values, res.Peeked, err = db.sessions.Service().BeginReadAll(ctx, rd)
+	} else {
+		res.Values, res.Peeked, err = db.sessions.Service().ReadAll(ctx, sid, rd)
 	}
-	return vals, nil
+	if err != nil {
+		return client.CacheManyResult{}, db.sessionFail(err)
+	}
+	if res.Values == nil {
+		res.Values = []json.RawMessage{}
+	}
+	return res, nil
 }
 
 // ValidateSession makes the session's S leases golden: no writer can void

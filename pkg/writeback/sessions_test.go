@@ -190,6 +190,55 @@ func TestEmbeddedSessionCommit(t *testing.T) {
 	eventually(t, "the sidecar applies its own session", func() bool { return b.pgBalance(t, 0, 2) == 105 })
 }
 
+// A multi-read with peeks answers the same over HTTP and embedded: the
+// keys under the session's leases (which a conflicting session then
+// meets), the peeked entries without any, each in the order asked.
+func TestEmbeddedSessionReadCache(t *testing.T) {
+	b := newBank(t)
+	ctx := context.Background()
+	db := b.member(t, false)
+	hc := b.sidecar(t)
+	for _, m := range []struct {
+		name string
+		s    writeback.Sessions
+	}{{"embedded", db}, {"HTTP", hc}} {
+		t.Run(m.name, func(t *testing.T) {
+			res, err := m.s.ReadCache(ctx, "new", client.Reads{Keys: []string{b.key(0, 0)}, Peek: []string{b.key(0, 1), b.key(0, 9), b.key(1, 0)}, ForUpdate: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Session == "" || len(res.Values) != 1 || balanceOf(t, res.Values[0]) != 100 {
+				t.Fatalf("result %+v", res)
+			}
+			if len(res.Peeked) != 3 || balanceOf(t, res.Peeked[0]) != 100 || res.Peeked[1] != nil || balanceOf(t, res.Peeked[2]) != 100 {
+				t.Fatalf("peeked %s", res.Peeked)
+			}
+			// The leased key is held for update; the peeked ones are free.
+			other, err := m.s.BeginSession(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.s.CacheMany(ctx, []string{b.key(0, 1), b.key(1, 0)}, other, true); err != nil {
+				t.Errorf("an X lease on a peeked key: %v", err)
+			}
+			if _, err := m.s.CommitSession(ctx, other, client.Commit{}); err != nil {
+				t.Fatal(err)
+			}
+			// A session that exists reads more keys and peeks.
+			more, err := m.s.ReadCache(ctx, res.Session, client.Reads{Keys: []string{b.key(0, 2)}, Peek: []string{b.key(0, 0)}})
+			if err != nil || more.Session != "" || len(more.Values) != 1 || len(more.Peeked) != 1 || balanceOf(t, more.Peeked[0]) != 100 {
+				t.Fatalf("a read in the session: %+v, %v", more, err)
+			}
+			if _, err := m.s.CommitSession(ctx, res.Session, b.transfer(0, 2, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.s.CommitSession(ctx, func() string { id, _ := m.s.BeginSession(ctx); return id }(), b.transfer(2, 0, 1)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // Appliers on: an embedded member alone applies its sessions.
 func TestEmbeddedSessionAppliers(t *testing.T) {
 	b := newBank(t)
@@ -317,6 +366,14 @@ func TestEmbeddedSessionErrors(t *testing.T) {
 		{"an abort of an unknown session", func(s writeback.Sessions) error { return s.AbortSession(ctx, "nope") }, 404},
 		{"a read of an unmapped key", func(s writeback.Sessions) error { _, err := s.Cache(ctx, "unmapped:1", "", false); return err }, 404},
 		{"a read of a key with no value", func(s writeback.Sessions) error { _, err := s.Cache(ctx, b.key(5, 5), "", false); return err }, 404},
+		{"a multi-read peeking an unmapped key", func(s writeback.Sessions) error {
+			_, err := s.ReadCache(ctx, "new", client.Reads{Keys: []string{b.key(0, 0)}, Peek: []string{"unmapped:1"}})
+			return err
+		}, 404},
+		{"a multi-read peeking an invalid key", func(s writeback.Sessions) error {
+			_, err := s.ReadCache(ctx, "", client.Reads{Peek: []string{""}})
+			return err
+		}, 400},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var he, ee *client.Error
@@ -340,6 +397,9 @@ func TestEmbeddedSessionErrors(t *testing.T) {
 		t.Errorf("a commit with an argument JSON cannot encode: %v, want invalid_argument naming it", err)
 	}
 	if _, err := db.CacheMany(ctx, nil, "", false); !client.IsInvalid(err) {
+		t.Errorf("a multi-read of no key: %v, want invalid_argument", err)
+	}
+	if _, err := db.ReadCache(ctx, "new", client.Reads{ForUpdate: true}); !client.IsInvalid(err) {
 		t.Errorf("a multi-read of no key: %v, want invalid_argument", err)
 	}
 }
