@@ -15,6 +15,7 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/fault"
 	"github.com/writeback/writeback/internal/jitter"
+	"github.com/writeback/writeback/internal/jsonenc"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
@@ -369,7 +370,7 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 			readOnly = append(readOnly, k)
 		}
 	}
-	obj, err := json.Marshal(Object{ID: id, Queue: pl.queue, At: time.Now().UnixMilli(), Statements: pl.stmts, Affects: pl.keys()})
+	obj, err := encodeObject(Object{ID: id, Queue: pl.queue, At: time.Now().UnixMilli(), Statements: pl.stmts, Affects: pl.keys()})
 	if err != nil {
 		return 0, err
 	}
@@ -486,27 +487,29 @@ func patchEntry(text string, c change.Change) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	seen := map[string]bool{}
-	var b bytes.Buffer
-	b.WriteByte('{')
+	seen := make(map[string]bool, len(out))
+	b := make([]byte, 0, len(text)+64)
+	b = append(b, '{')
 	emit := func(k string) {
 		v, ok := out[k]
 		if !ok || seen[k] {
 			return
 		}
 		seen[k] = true
-		if b.Len() > 1 {
-			b.WriteByte(',')
+		if len(b) > 1 {
+			b = append(b, ',')
 		}
-		kb, _ := json.Marshal(k)
-		b.Write(kb)
-		b.WriteByte(':')
-		var cv bytes.Buffer
-		if json.Compact(&cv, v) == nil {
-			b.Write(cv.Bytes())
-		} else {
-			b.Write(v)
+		b = jsonenc.String(b, k)
+		b = append(b, ':')
+		if bytes.ContainsAny(v, " \t\r\n") {
+			// A value the patch wrote (the entry's own are compact):
+			// compacted, or as it is if it is not JSON.
+			var cv bytes.Buffer
+			if json.Compact(&cv, v) == nil {
+				v = cv.Bytes()
+			}
 		}
+		b = append(b, v...)
 	}
 	for _, k := range order {
 		emit(k)
@@ -521,8 +524,8 @@ func patchEntry(text string, c change.Change) (string, bool) {
 	for _, k := range added {
 		emit(k)
 	}
-	b.WriteByte('}')
-	return b.String(), true
+	b = append(b, '}')
+	return string(b), true
 }
 
 // decodeEntry reads a cached entry's fields, in order, with encoding/json

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/writeback/writeback/internal/api"
+	"github.com/writeback/writeback/internal/jsonenc"
 	"github.com/writeback/writeback/internal/session"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/pkg/client"
@@ -179,18 +180,29 @@ func commitRequest(c client.Commit) (session.CommitRequest, error) {
 	if len(c.Statements) > 0 {
 		req.Statements = make([]store.Statement, len(c.Statements))
 	}
+	// Every argument is encoded into one buffer (jsonenc: json.Marshal's
+	// bytes), and sliced from it once it is whole.
+	var buf []byte
+	var ends []int // where each argument ends in buf, in order
 	for i, st := range c.Statements {
 		req.Statements[i].SQL = st.SQL
+		for j, a := range st.Args {
+			var err error
+			if buf, err = jsonenc.Value(buf, a); err != nil {
+				return session.CommitRequest{}, invalid(fmt.Sprintf("argument %d of statement %d cannot be encoded as JSON: %v", j+1, i+1, err))
+			}
+			ends = append(ends, len(buf))
+		}
+	}
+	start := 0
+	for i, st := range c.Statements {
 		if len(st.Args) == 0 {
 			continue
 		}
 		args := make([]json.RawMessage, len(st.Args))
-		for j, a := range st.Args {
-			b, err := json.Marshal(a)
-			if err != nil {
-				return session.CommitRequest{}, invalid(fmt.Sprintf("argument %d of statement %d cannot be encoded as JSON: %v", j+1, i+1, err))
-			}
-			args[j] = b
+		for j := range args {
+			args[j] = json.RawMessage(buf[start:ends[0]:ends[0]])
+			start, ends = ends[0], ends[1:]
 		}
 		req.Statements[i].Args = args
 	}
