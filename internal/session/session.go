@@ -25,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/writeback/writeback/internal/gopool"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/rscript"
@@ -90,6 +91,7 @@ type Service struct {
 	log    *slog.Logger
 	wakes  wakeups // of requests waiting for leases this process releases
 	valid  checked // statements CheckDML accepted
+	gone   forgets // records of committed sessions to delete
 
 	// Applier applies queue prefixes for misses; set before serving.
 	Applier PrefixApplier
@@ -328,7 +330,9 @@ func (s *Service) abortQuietly(id, reason string) {
 // one round trip, and wakes the requests of this process waiting for
 // them; the leases in partition done (-1: none) are gone already (its
 // commit script released them). Failures are logged: the leases expire
-// anyway.
+// anyway. A committed session with no lease left (all were in its
+// queue's partition) only has its record to delete: that joins the
+// deletions of other commits, off the request's path (forgetLater).
 func (s *Service) release(ctx context.Context, id string, groups map[int][]string, done int) {
 	var calls []rscript.Call
 	var released []string
@@ -341,12 +345,74 @@ func (s *Service) release(ctx context.Context, id string, groups map[int][]strin
 			released = append(released, k.Lease)
 		}
 	}
+	if len(calls) == 0 && done >= 0 {
+		s.wakes.wake(released...)
+		s.forgetLater(id)
+		return
+	}
 	calls = append(calls, rscript.Call{Script: forgetScript, Keys: []string{s.keys.Record(id)}})
 	_, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
 	if err := errors.Join(errs...); err != nil {
 		s.log.Debug("releasing a session's leases", "err", err)
 	}
 	s.wakes.wake(released...)
+}
+
+// forgets batches the deletion of committed sessions' records: the
+// commits that end while one batch is in Redis go together in the next, a
+// round trip for many instead of one each.
+type forgets struct {
+	mu      sync.Mutex
+	ids     []string
+	running bool
+}
+
+// forgetTimeout bounds a batch of record deletions.
+const forgetTimeout = 5 * time.Second
+
+// forgetLater deletes the record of session id, committed with no lease
+// left to release, in the next batch. Until then the record only says
+// which keys the session read: its leases are gone, and its object,
+// until the appliers pop it, refuses a second commit (commitScript's
+// -4); a batch runs as soon as the one before it ends, a round trip or
+// so after the commit, long before an applier has applied and popped the
+// session. A deletion that fails, or that a stopping process never sends,
+// leaves the record to expire with the session timeout, as a failed
+// release does.
+func (s *Service) forgetLater(id string) {
+	s.gone.mu.Lock()
+	s.gone.ids = append(s.gone.ids, id)
+	start := !s.gone.running
+	s.gone.running = true
+	s.gone.mu.Unlock()
+	if start {
+		gopool.Go(s.forgetBatches)
+	}
+}
+
+// forgetBatches deletes the queued records, a batch per round trip, until
+// none is left.
+func (s *Service) forgetBatches() {
+	for {
+		s.gone.mu.Lock()
+		ids := s.gone.ids
+		s.gone.ids = nil
+		if len(ids) == 0 {
+			s.gone.running = false
+			s.gone.mu.Unlock()
+			return
+		}
+		s.gone.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+		pipe := s.rdb.Pipeline()
+		for _, id := range ids {
+			pipe.Del(ctx, s.keys.Record(id)) // one key each: a Cluster's slots differ
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			s.log.Debug("forgetting committed sessions", "sessions", len(ids), "err", err)
+		}
+		cancel()
+	}
 }
 
 // forgetScript deletes a session's record (a script, so that it shares

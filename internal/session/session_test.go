@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,6 +110,20 @@ func newWorld(t *testing.T, tune ...func(*Config)) *world {
 	return w
 }
 
+// forgotten waits until no deletion of a committed session's record is
+// pending (forgetLater), then checks that session id's record is gone.
+func (w *world) forgotten(t *testing.T, id string) {
+	t.Helper()
+	waitUntil(t, "the committed sessions' records to go", func() bool {
+		w.svc.gone.mu.Lock()
+		defer w.svc.gone.mu.Unlock()
+		return !w.svc.gone.running
+	})
+	if n, err := w.rdb.Exists(context.Background(), w.svc.keys.Record(id)).Result(); err != nil || n != 0 {
+		t.Fatalf("the committed session's record is still there (%d, %v)", n, err)
+	}
+}
+
 func (w *world) commitSet(t *testing.T, key string, v string) CommitResult {
 	t.Helper()
 	ctx := context.Background()
@@ -121,6 +136,7 @@ func (w *world) commitSet(t *testing.T, key string, v string) CommitResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.forgotten(t, id)
 	return res
 }
 
@@ -335,16 +351,17 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // TestCommitPatchReadsWithRecord: a commit that patches an entry reads the
-// session's record and the entry in one round trip (three in all with the
-// commit script and the record's removal), and the entry it read is only
+// session's record and the entry in one round trip (two with the commit
+// script; the record's removal follows, batched), and the entry it read is only
 // a guess: one that changed before the commit script ran is read again,
 // and the patch applies to the value the script finds.
 func TestCommitPatchReadsWithRecord(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	w.commitSet(t, "k:1:a", `{"n":1,"s":"x"}`)
-	rt := &roundTrips{}
+	rt, dels := &roundTrips{}, &delRounds{}
 	w.rdb.AddHook(rt)
+	w.rdb.AddHook(dels)
 	id, err := w.svc.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -354,9 +371,11 @@ func TestCommitPatchReadsWithRecord(t *testing.T) {
 	if _, err := w.svc.Commit(ctx, id, patch); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, "the record's deletion", func() bool { return dels.n.Load() == 1 })
 	if n := rt.n.Load() - before; n != 3 {
-		t.Errorf("a patching commit made %d round trips, want 3 (record and entry, commit, forget)", n)
+		t.Errorf("a patching commit made %d round trips, want 3 (record and entry, commit; the record's deletion, after)", n)
 	}
+	w.forgotten(t, id)
 	entry := func() string {
 		t.Helper()
 		v, err := w.rdb.Get(ctx, w.svc.keys.Entry(w.svc.keys.Partition("f/1"), "k:1:a")).Result()
@@ -419,5 +438,57 @@ func TestCommitTwiceQueuesOnce(t *testing.T) {
 	}
 	if n, err := w.rdb.LLen(ctx, w.svc.keys.Queue(pl.part, "f/1")).Result(); err != nil || n != 1 {
 		t.Errorf("the queue holds %d sessions (%v), want 1", n, err)
+	}
+}
+
+// delRounds counts the pipelines that delete keys (forgetBatches').
+type delRounds struct{ n atomic.Int64 }
+
+func (h *delRounds) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *delRounds) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *delRounds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "del" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestCommitsShareRecordDeletions: concurrent commits that leave no lease
+// to release delete their records together, fewer round trips than
+// commits, and every record goes.
+func TestCommitsShareRecordDeletions(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	dels := &delRounds{}
+	w.rdb.AddHook(dels)
+	const n = 32
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("k:1:c%d", i)
+			id, _, err := w.svc.BeginRead(ctx, []string{key}, true)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = id
+			if _, err := w.svc.Commit(ctx, id, CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: key, Set: json.RawMessage(`{"v":1}`)}}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		w.forgotten(t, id)
+	}
+	if got := dels.n.Load(); got == 0 || got >= n {
+		t.Errorf("%d commits deleted their records in %d round trips, want fewer (batched)", n, got)
 	}
 }
