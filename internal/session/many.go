@@ -248,10 +248,11 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 	}
 	if rec != nil {
 		v, err := rec.Result()
-		lost := rscript.IsNoScript(err)
-		if lost {
-			// Redis lost its scripts (a restart): note the keys now and
-			// run every read again, as a session that exists runs them.
+		if rscript.IsNoScript(err) {
+			// Redis lost its scripts (a restart): create the record now.
+			// The reads that ran stand (a lease taken just before its
+			// record is noted expires like any other); those that found
+			// their script gone run again below.
 			if err := recordScript.Load(ctx, s.rdb).Err(); err != nil {
 				return wp, fmt.Errorf("session: %w", err)
 			}
@@ -262,7 +263,7 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 			return wp, err
 		}
 		for i, r := range refs {
-			if rerun[i] = rerun[i] || lost; rerun[i] {
+			if rerun[i] {
 				calls[i] = s.readCall(r, id, mode, wp.start, wp.deadline, toks[i])
 			}
 		}
