@@ -97,13 +97,7 @@ func (t *myTx) GetMany(ctx context.Context, l Lease, reads []Read) ([]Row, error
 // GetWith sends the peeks' queries and then the leased ones as one
 // multi-statement.
 func (t *myTx) GetWith(ctx context.Context, l Lease, leased, peek []Read) ([]Row, []Row, error) {
-	reads, ls := withPeeks(l, leased, peek)
-	lists, err := t.queryMany(ctx, reads, ls)
-	if err != nil {
-		return nil, nil, err
-	}
-	rows := firstRows(lists)
-	return rows[len(peek):], rows[:len(peek)], nil
+	return getWith(func(reads []Read, ls []Lease) ([][]Row, error) { return t.queryMany(ctx, reads, ls) }, l, leased, peek)
 }
 
 func (t *myTx) ListMany(ctx context.Context, l Lease, reads []Read) ([][]Row, error) {

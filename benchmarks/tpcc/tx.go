@@ -79,12 +79,17 @@ func leases(l Lease, n int) []Lease {
 	return out
 }
 
-// withPeeks is peek then leased as one list of reads, and the lease of
-// each: the peeks unleased, the rest under l. A database runs them in
-// that order, so that its row locks (FOR UPDATE) are taken last.
-func withPeeks(l Lease, leased, peek []Read) ([]Read, []Lease) {
+// getWith is a database's GetWith: queryMany runs peek and then leased
+// (under l) as one batch, so that its row locks (FOR UPDATE) are taken
+// last.
+func getWith(queryMany func([]Read, []Lease) ([][]Row, error), l Lease, leased, peek []Read) (rows, peeked []Row, err error) {
 	reads := append(append(make([]Read, 0, len(peek)+len(leased)), peek...), leased...)
-	return reads, append(leases(Unleased, len(peek)), leases(l, len(leased))...)
+	lists, err := queryMany(reads, append(leases(Unleased, len(peek)), leases(l, len(leased))...))
+	if err != nil {
+		return nil, nil, err
+	}
+	all := firstRows(lists)
+	return all[len(peek):], all[:len(peek)], nil
 }
 
 // Executor begins transactions of one policy.

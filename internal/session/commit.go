@@ -477,30 +477,19 @@ func (w *write) compute(cur any) (expected, next string) {
 // in their order (new ones follow, sorted). It reports false when the
 // entry is not an object or the operators do not fit it.
 func patchEntry(text string, c change.Change) (string, bool) {
-	doc, order, ok := splitObject(text)
+	out, keys, ok := patchedFields(text, c)
 	if !ok {
-		if doc, order, ok = decodeEntry(text); !ok {
-			return "", false
-		}
-	}
-	out, err := change.Apply(doc, c)
-	if err != nil {
 		return "", false
 	}
-	seen := make(map[string]bool, len(out))
 	b := make([]byte, 0, len(text)+64)
 	b = append(b, '{')
-	emit := func(k string) {
-		v, ok := out[k]
-		if !ok || seen[k] {
-			return
-		}
-		seen[k] = true
-		if len(b) > 1 {
+	for i, k := range keys {
+		if i > 0 {
 			b = append(b, ',')
 		}
 		b = jsonenc.String(b, k)
 		b = append(b, ':')
+		v := out[k]
 		if bytes.ContainsAny(v, " \t\r\n") {
 			// A value the patch wrote (the entry's own are compact):
 			// compacted, or as it is if it is not JSON.
@@ -511,21 +500,40 @@ func patchEntry(text string, c change.Change) (string, bool) {
 		}
 		b = append(b, v...)
 	}
-	for _, k := range order {
-		emit(k)
-	}
-	var added []string
-	for k := range out {
-		if !seen[k] {
-			added = append(added, k)
-		}
-	}
-	sort.Strings(added)
-	for _, k := range added {
-		emit(k)
-	}
 	b = append(b, '}')
 	return string(b), true
+}
+
+// patchedFields applies a patch to a cached JSON object and returns its
+// fields and the order patchEntry writes them in: the entry's, then the
+// new ones sorted.
+func patchedFields(text string, c change.Change) (out change.Doc, keys []string, ok bool) {
+	doc, order, ok := splitObject(text)
+	if !ok {
+		if doc, order, ok = decodeEntry(text); !ok {
+			return nil, nil, false
+		}
+	}
+	out, err := change.Apply(doc, c)
+	if err != nil {
+		return nil, nil, false
+	}
+	seen := make(map[string]bool, len(out))
+	keys = make([]string, 0, len(out))
+	for _, k := range order {
+		if _, ok := out[k]; ok && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	n := len(keys)
+	for k := range out {
+		if !seen[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys[n:])
+	return out, keys, true
 }
 
 // decodeEntry reads a cached entry's fields, in order, with encoding/json

@@ -3,7 +3,6 @@ package session
 import (
 	"bytes"
 	"encoding/json"
-	"sort"
 	"testing"
 
 	"github.com/writeback/writeback/internal/change"
@@ -62,54 +61,29 @@ func FuzzEncodeObject(f *testing.F) {
 	})
 }
 
-// patchEntryBefore is patchEntry as it encoded the entry with
+// patchEntryBefore is patchEntry as it encoded the fields with
 // encoding/json (json.Marshal of each key, json.Compact of each value):
 // the reference patchEntry's bytes are held to.
 func patchEntryBefore(text string, c change.Change) (string, bool) {
-	doc, order, ok := splitObject(text)
+	out, keys, ok := patchedFields(text, c)
 	if !ok {
-		if doc, order, ok = decodeEntry(text); !ok {
-			return "", false
-		}
-	}
-	out, err := change.Apply(doc, c)
-	if err != nil {
 		return "", false
 	}
-	seen := map[string]bool{}
 	var b bytes.Buffer
 	b.WriteByte('{')
-	emit := func(k string) {
-		v, ok := out[k]
-		if !ok || seen[k] {
-			return
-		}
-		seen[k] = true
-		if b.Len() > 1 {
+	for i, k := range keys {
+		if i > 0 {
 			b.WriteByte(',')
 		}
 		kb, _ := json.Marshal(k)
 		b.Write(kb)
 		b.WriteByte(':')
 		var cv bytes.Buffer
-		if json.Compact(&cv, v) == nil {
+		if json.Compact(&cv, out[k]) == nil {
 			b.Write(cv.Bytes())
 		} else {
-			b.Write(v)
+			b.Write(out[k])
 		}
-	}
-	for _, k := range order {
-		emit(k)
-	}
-	var added []string
-	for k := range out {
-		if !seen[k] {
-			added = append(added, k)
-		}
-	}
-	sort.Strings(added)
-	for _, k := range added {
-		emit(k)
 	}
 	b.WriteByte('}')
 	return b.String(), true

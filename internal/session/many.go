@@ -304,16 +304,5 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 			firsts[i].deadline, _ = v[2].(int64)
 		}
 	}
-	for i, c := range gets {
-		v, err := c.Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			return wp, fmt.Errorf("session: read: %w", err)
-		default:
-			s.m.Reads.WithLabelValues("hit").Inc()
-			pvals[i] = json.RawMessage(v)
-		}
-	}
-	return wp, nil
+	return wp, s.hits(gets, pvals)
 }

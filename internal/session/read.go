@@ -59,18 +59,23 @@ func (s *Service) peek(ctx context.Context, refs []ref) ([]json.RawMessage, erro
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	vals := make([]json.RawMessage, len(refs))
+	return vals, s.hits(cmds, vals)
+}
+
+// hits sets vals[i] to the entry cmds[i] read (nil for none).
+func (s *Service) hits(cmds []*redis.StringCmd, vals []json.RawMessage) error {
 	for i, c := range cmds {
 		v, err := c.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
-			return nil, fmt.Errorf("session: read: %w", err)
+			return fmt.Errorf("session: read: %w", err)
 		default:
 			s.m.Reads.WithLabelValues("hit").Inc()
 			vals[i] = json.RawMessage(v)
 		}
 	}
-	return vals, nil
+	return nil
 }
 
 // readCall is one run of readScript for r with the I token tok, for a
