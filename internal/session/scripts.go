@@ -148,9 +148,11 @@ return done
 // i (1-based over written then read keys); {-2, conflict, i} when an X
 // lease is refused (an older session's X: the caller waits for it; a
 // golden S); {-3, i} when entry i is not the expected one; {-4} when the
-// session is already committed (its object exists: a concurrent commit of
-// the same session, which read its record before the other forgot it,
-// must not queue it twice). X leases of
+// session is already committed (its object exists: a second commit of the
+// same session, which read its record before the first's deletion of it,
+// must not queue it twice, nor hear that the session lost its leases —
+// the first commit released them — and run the transaction again); the
+// object is checked first. X leases of
 // younger sessions are wounded (lease_judge). The commit's X leases last
 // one step, so it does not queue behind the keys' waiters.
 var commitScript = redis.NewScript(lease.Lua + `
@@ -158,6 +160,9 @@ local now = lease_now()
 local sid, queue = ARGV[1], ARGV[2]
 local nw, nr = tonumber(ARGV[4]), tonumber(ARGV[5])
 local start = tonumber(ARGV[6])
+-- a session committed already (its object is queued) first: a second
+-- commit of it is refused as such, whatever became of its leases
+if redis.call('EXISTS', KEYS[4]) == 1 then return {-4} end
 local voids = {}
 for i = 1, nw do
   local k, a = 6 + 3 * (i - 1), 7 + 4 * (i - 1)
@@ -178,7 +183,6 @@ for j = 1, nr do
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
   if not lease_held(ls, sid) then return {-1, 'voided', nw + j} end
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then return {-4} end
 local seq = redis.call('INCR', KEYS[3])
 local entry = seq .. '|' .. now .. '|' .. sid
 redis.call('SET', KEYS[4], ARGV[3])

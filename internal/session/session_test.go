@@ -439,6 +439,25 @@ func TestCommitTwiceQueuesOnce(t *testing.T) {
 	if n, err := w.rdb.LLen(ctx, w.svc.keys.Queue(pl.part, "f/1")).Result(); err != nil || n != 1 {
 		t.Errorf("the queue holds %d sessions (%v), want 1", n, err)
 	}
+
+	// A session that read its key under a lease: the first commit
+	// released the lease, and the second, which read the record before
+	// its deletion, still hears that the session is committed, not that
+	// it lost its lease.
+	id, _, err = w.svc.BeginRead(ctx, []string{"k:1:a"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, age, err = w.svc.record(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); err != nil || seq <= 0 {
+		t.Fatalf("first commit of the leased session: seq %d, %v", seq, err)
+	}
+	if _, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("second commit of the leased session: %v, want ErrUnknownSession", err)
+	}
 }
 
 // delRounds counts the pipelines that delete keys (forgetBatches').
