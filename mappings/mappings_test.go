@@ -148,9 +148,37 @@ func TestPattern(t *testing.T) {
 	if _, err := q.Render(Params{}); err == nil {
 		t.Error("Render without the parameter succeeded")
 	}
-	for _, bad := range []string{"", "a:{", "a:}", "a:{x}:{x}", "a:{1x}", "a:{x}{y}"} {
+	for _, bad := range []string{"", "a:{", "a:}", "a:{x}:{x}", "a:{1x}", "a:{x}{y}", "a:\x80{x}"} {
 		if _, err := ParsePattern(bad); err == nil {
 			t.Errorf("ParsePattern(%q) succeeded", bad)
 		}
 	}
+}
+
+// FuzzMatch checks that Match's scan answers what the pattern's regular
+// expression answers, for any pattern that parses and any key.
+func FuzzMatch(f *testing.F) {
+	for _, c := range [][2]string{
+		{"account:{branch}:{id}", "account:3:17"}, {"account:{branch}:{id}", "account:3/1:2"},
+		{"account:{branch}:{id}", "account::1"}, {"bank/{branch}", "bank/3"}, {"a{x}b{y}", "a12b34b5"},
+		{"{w}:x", "1:x"}, {"k:{a}", "k:\n\xff"}, {"k:{a}:", "k:1:"}, {"k:{a}/{b}", "k:1/2/3"},
+	} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, key string) {
+		p, err := ParsePattern(pattern)
+		if err != nil {
+			return
+		}
+		got, ok := p.Match(key)
+		want, wantOK := p.matchRE(key)
+		if ok != wantOK || len(got) != len(want) {
+			t.Fatalf("%q.Match(%q) = %v %v, the regular expression says %v %v", pattern, key, got, ok, want, wantOK)
+		}
+		for n, v := range want {
+			if got[n] != v {
+				t.Fatalf("%q.Match(%q) = %v, the regular expression says %v", pattern, key, got, want)
+			}
+		}
+	})
 }
