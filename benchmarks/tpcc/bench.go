@@ -83,7 +83,7 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 	out.LoadSeconds = time.Since(began).Seconds()
 	fmt.Fprintf(o.Log, "[tpcc %s] loaded %d warehouses (%d items, %d customers per district) in %.1fs\n",
 		o.Policy, o.Scale.Warehouses, o.Scale.Items, o.Scale.Customers, out.LoadSeconds)
-	ro := RunOptions{Label: "tpcc " + o.Policy, Scale: o.Scale, Terminals: o.Terminals, Warmup: o.Warmup, Duration: o.Duration,
+	ro := RunOptions{Label: "tpcc " + o.Policy, Store: o.Store, Scale: o.Scale, Terminals: o.Terminals, Warmup: o.Warmup, Duration: o.Duration,
 		Seed: o.Seed, Constants: consts, Progress: o.Log, CPUProfile: o.CPUProfile}
 	if o.Policy == bench.Database {
 		run := db

@@ -46,13 +46,19 @@ var (
 	MapStock = &Mapping{Name: "stock", Params: 2,
 		Query: "SELECT s_i_id, s_dist_01, s_dist_02, s_dist_03, s_dist_04, s_dist_05, s_dist_06, s_dist_07, s_dist_08, s_dist_09, s_dist_10, s_data " +
 			"FROM stock WHERE s_w_id = $1 AND s_i_id = $2"}
+	// MapLastOrder is a customer's last order: the columns of it only
+	// New-Order writes (it sets the entry of the order it creates), so that
+	// Order-Status finds it cached. Its carrier, which Delivery writes, is
+	// on the order's lines.
 	MapLastOrder = &Mapping{Name: "lastord", Params: 3, Queued: true,
-		Query: "SELECT o_id, o_entry_d, o_carrier_id FROM oorder WHERE o_w_id = $1 AND o_d_id = $2 AND o_c_id = $3 ORDER BY o_id DESC LIMIT 1"}
-	// MapOrderLines carries the order's customer (o_c_id) on every line,
-	// which Delivery needs: it reads the lines of the order MapOldestNewOrder
-	// names and nothing else of the order.
+		Query: "SELECT o_id, o_entry_d FROM oorder WHERE o_w_id = $1 AND o_d_id = $2 AND o_c_id = $3 ORDER BY o_id DESC LIMIT 1"}
+	// MapOrderLines carries the order's customer (o_c_id), which Delivery
+	// needs, and carrier (o_carrier_id), which Order-Status shows, on every
+	// line: Delivery reads the lines of the order MapOldestNewOrder names
+	// and nothing else of the order. New-Order and Delivery both set the
+	// entry (linesEntry).
 	MapOrderLines = &Mapping{Name: "ol", Params: 3, Many: true, Queued: true,
-		Query: "SELECT ol_number, ol_i_id, ol_supply_w_id, ol_quantity, ol_amount, ol_delivery_d, o_c_id FROM order_line " +
+		Query: "SELECT ol_number, ol_i_id, ol_supply_w_id, ol_quantity, ol_amount, ol_delivery_d, o_c_id, o_carrier_id FROM order_line " +
 			"JOIN oorder ON o_w_id = ol_w_id AND o_d_id = ol_d_id AND o_id = ol_o_id " +
 			"WHERE ol_w_id = $1 AND ol_d_id = $2 AND ol_o_id = $3 ORDER BY ol_number"}
 	// MapOldestNewOrder is, cached, the district's next order to deliver:
@@ -61,7 +67,7 @@ var (
 	// delivered in order, so a New-Order never changes it and a Delivery
 	// moves it one on ($set): the entry stays cached, and no Delivery has
 	// to apply the warehouse's queue to read it. Whether that order exists
-	// yet is what its lines say (an order has at least 5; New-Order drops
+	// yet is what its lines say (an order has at least 5; New-Order sets
 	// the lines' entry of the order it creates). The database policy locks
 	// the oldest new_order row instead (DBQuery).
 	MapOldestNewOrder = &Mapping{Name: "nord", Params: 2, Queued: true,

@@ -75,7 +75,7 @@ func TestSmokeMySQL(t *testing.T) {
 			Duration: 2 * time.Second, Seed: 7, Log: &log}
 		if p != bench.Database {
 			o.AfterFlush = func(ctx context.Context, sc *sidecar.Sidecar) (err error) {
-				lines, err = sameOrderLines(ctx, sc, MySQL, dsn, s)
+				lines, err = sameOrderEntries(ctx, sc, redis, MySQL, dsn, s)
 				return err
 			}
 		}

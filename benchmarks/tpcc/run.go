@@ -17,6 +17,7 @@ import (
 // RunOptions say how to drive one policy.
 type RunOptions struct {
 	Label     string // progress lines' label
+	Store     string // Postgres (default) or MySQL: how the store prints values back
 	Scale     Scale
 	Terminals int // per warehouse
 	Warmup    time.Duration
@@ -108,7 +109,7 @@ func Run(ctx context.Context, o RunOptions) (Result, error) {
 		go func() {
 			defer wg.Done()
 			t := &terminal{r: rand.New(rand.NewPCG(o.Seed, uint64(i)+1)), s: o.Scale, c: o.Constants,
-				w: i/o.Terminals + 1, d: i%Districts + 1, stamp: time.Now}
+				w: i/o.Terminals + 1, d: i%Districts + 1, stamp: time.Now, mysql: o.Store == MySQL}
 			st := &stats[i]
 			for !stop.Load() {
 				k := mix(t.r)

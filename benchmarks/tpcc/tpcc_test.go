@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/internal/store"
@@ -146,7 +148,7 @@ func smokeRun(ctx context.Context, t *testing.T, policy, dsn string, after func(
 					return err
 				}
 			}
-			lines, err = sameOrderLines(ctx, sc, Postgres, dsn, smokeScale)
+			lines, err = sameOrderEntries(ctx, sc, testenv.RedisAddr(t), Postgres, dsn, smokeScale)
 			return err
 		}})
 	if err != nil {
@@ -175,52 +177,104 @@ const (
 	damageBalance  = "UPDATE customer SET c_balance = c_balance + 1 WHERE c_w_id = 1 AND c_d_id = 1 AND c_id = 1"
 )
 
-// sameOrderLines compares the lines' entry of each district's last order,
-// as the New-Order commit set it, with what MapOrderLines computes from the
-// rows, byte for byte; it returns how many orders of the run it compared.
-func sameOrderLines(ctx context.Context, sc *sidecar.Sidecar, kind, dsn string, s Scale) (int, error) {
-	driver, lastQ, linesQ := "postgres", "SELECT max(o_id) AS o FROM oorder WHERE o_w_id = $1 AND o_d_id = $2", MapOrderLines.Query
+// sameOrderEntries compares, byte for byte, the entries the run's commits
+// set with what their mappings compute from the rows, in each district:
+// the last order's lines and its customer's last order (New-Order set
+// them), and the lines of the last order the run delivered (Delivery set
+// them). It reads the entries from Redis, not through the sidecar, so that
+// an entry a commit dropped is an error rather than a fill. It returns how
+// many entries it compared.
+func sameOrderEntries(ctx context.Context, sc *sidecar.Sidecar, redisAddr, kind, dsn string, s Scale) (int, error) {
+	driver := "postgres"
+	queries := []string{
+		"SELECT o_id, o_c_id FROM oorder WHERE o_w_id = $1 AND o_d_id = $2 ORDER BY o_id DESC LIMIT 1",
+		"SELECT o_id, o_c_id FROM oorder WHERE o_w_id = $1 AND o_d_id = $2 AND o_carrier_id IS NOT NULL ORDER BY o_id DESC LIMIT 1",
+		MapOrderLines.Query, MapLastOrder.Query,
+	}
 	if kind == MySQL {
-		var err error
-		driver, lastQ = "mysql", "SELECT max(o_id) AS o FROM oorder WHERE o_w_id = ? AND o_d_id = ?"
-		if linesQ, err = MyMappingQuery(linesQ); err != nil {
-			return 0, err
+		driver = "mysql"
+		for i, q := range queries {
+			var err error
+			if queries[i], err = MyMappingQuery(q); err != nil {
+				return 0, err
+			}
 		}
 	}
+	lastQ, deliveredQ, linesQ, lastOrderQ := queries[0], queries[1], queries[2], queries[3]
 	st, err := store.Open(ctx, driver, dsn)
 	if err != nil {
 		return 0, err
 	}
 	defer st.Close()
 	ss, _ := store.Sessions(st)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
 	n := 0
+	same := func(key, query string, many bool, args ...any) error {
+		rows, err := ss.QueryJSON(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		parts := make([]string, len(rows))
+		for i, r := range rows {
+			parts[i] = string(r)
+		}
+		want := strings.Join(parts, ",")
+		if many {
+			want = "[" + want + "]"
+		}
+		found, err := rdb.Keys(ctx, sc.Prefix+"*:c:"+key).Result()
+		if err != nil {
+			return err
+		}
+		if len(found) != 1 {
+			return fmt.Errorf("%s is not cached (%d keys): the commit dropped it instead of setting it", key, len(found))
+		}
+		got, err := rdb.Get(ctx, found[0]).Result()
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s is %s, the rows say %s", key, got, want)
+		}
+		n++
+		return nil
+	}
 	for w := 1; w <= s.Warehouses; w++ {
 		for d := 1; d <= Districts; d++ {
-			last, err := ss.QueryJSON(ctx, lastQ, w, d)
-			if err != nil {
-				return n, err
+			var last, delivered struct{ O, C int }
+			for _, o := range []struct {
+				q  string
+				to *struct{ O, C int }
+			}{{lastQ, &last}, {deliveredQ, &delivered}} {
+				rows, err := ss.QueryJSON(ctx, o.q, w, d)
+				if err != nil {
+					return n, err
+				}
+				if len(rows) == 1 {
+					var v struct {
+						O int `json:"o_id"`
+						C int `json:"o_c_id"`
+					}
+					if err := json.Unmarshal(rows[0], &v); err != nil {
+						return n, err
+					}
+					*o.to = struct{ O, C int }{v.O, v.C}
+				}
 			}
-			var o struct{ O int }
-			if err := json.Unmarshal(last[0], &o); err != nil || o.O <= s.Customers {
-				continue // no order of the run in this district
+			if last.O > s.Customers { // an order of the run
+				if err := same(MapOrderLines.Key(w, d, last.O), linesQ, true, w, d, last.O); err != nil {
+					return n, err
+				}
+				if err := same(MapLastOrder.Key(w, d, last.C), lastOrderQ, false, w, d, last.C); err != nil {
+					return n, err
+				}
 			}
-			rows, err := ss.QueryJSON(ctx, linesQ, w, d, o.O)
-			if err != nil {
-				return n, err
+			if delivered.O > 0 && (delivered.O > s.Customers || !s.delivered(delivered.O)) { // delivered by the run
+				if err := same(MapOrderLines.Key(w, d, delivered.O), linesQ, true, w, d, delivered.O); err != nil {
+					return n, err
+				}
 			}
-			parts := make([]string, len(rows))
-			for i, r := range rows {
-				parts[i] = string(r)
-			}
-			want := "[" + strings.Join(parts, ",") + "]"
-			got, err := sc.Client.Cache(ctx, MapOrderLines.Key(w, d, o.O), "", false)
-			if err != nil {
-				return n, err
-			}
-			if string(got) != want {
-				return n, fmt.Errorf("order %d/%d/%d: the lines' entry is %s, the rows say %s", w, d, o.O, got, want)
-			}
-			n++
 		}
 	}
 	return n, nil

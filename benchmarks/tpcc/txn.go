@@ -2,10 +2,12 @@ package tpcc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,6 +56,7 @@ type terminal struct {
 	c     constants
 	w, d  int
 	stamp func() time.Time
+	mysql bool // the store is MariaDB (storedTime)
 }
 
 // outcome is what a committed transaction did, for the check of the
@@ -240,10 +243,7 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 		return outcome{}, err
 	}
 	total := 0.0
-	// The order's lines as MapOrderLines computes them from the rows it
-	// inserts (its columns, in its order; decimal(6,2) as the store prints
-	// it), so the commit sets the entry instead of dropping it.
-	lines := []byte{'['}
+	lines := make([]orderLine, n)
 	for i, id := range in.items {
 		sw, q := in.supply[i], in.qty[i]
 		remote := 0
@@ -264,22 +264,90 @@ func (t *terminal) newOrder(ctx context.Context, tx Tx, in input) (outcome, erro
 			"VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9)", o, d, w, i+1, id, sw, q, amount, infos[i]); err != nil {
 			return outcome{}, err
 		}
-		if i > 0 {
-			lines = append(lines, ',')
-		}
-		lines = fmt.Appendf(lines, `{"ol_number":%d,"ol_i_id":%d,"ol_supply_w_id":%d,"ol_quantity":%d,"ol_amount":%s,"ol_delivery_d":null,"o_c_id":%d}`,
-			i+1, id, sw, q, strconv.FormatFloat(amount, 'f', 2, 64), in.c)
+		lines[i] = orderLine{number: i + 1, item: id, supplyW: sw, qty: q, amount: amount, customer: in.c}
 	}
-	lines = append(lines, ']')
 	_ = total * (1 - disc) * (1 + wTax + dTax) // the total shown to the terminal
 	tx.Patch(MapDistrict.Key(w, d), map[string]any{"$set": map[string]any{"d_next_o_id": o + 1}})
-	tx.Affect(MapLastOrder.Key(w, d, in.c))
-	tx.Set(MapOrderLines.Key(w, d, o), lines) // also the sign, for Delivery, that order o exists
+	tx.Set(MapLastOrder.Key(w, d, in.c), fmt.Appendf(nil, `{"o_id":%d,"o_entry_d":%q}`, o, t.storedTime(now)))
+	tx.Set(MapOrderLines.Key(w, d, o), linesEntry(lines)) // also the sign, for Delivery, that order o exists
 	tx.Affect(MapStockLevel.Key(w, d))
 	if err := tx.Commit(ctx, Queue(w)); err != nil {
 		return outcome{}, err
 	}
 	return outcome{newOrder: true}, nil
+}
+
+// orderLine is one line of an order's entry (MapOrderLines).
+type orderLine struct {
+	number, item, supplyW, qty int
+	amount                     float64
+	customer                   int
+	delivered                  string // ol_delivery_d as the store prints it; "" while undelivered
+	carrier                    int    // 0 while undelivered
+}
+
+// linesEntry is an order's lines' entry exactly as MapOrderLines computes
+// it from the rows (its columns, in its order; decimal(6,2) and timestamps
+// as the store prints them), so that a commit sets the entry instead of
+// dropping it.
+func linesEntry(lines []orderLine) json.RawMessage {
+	b := []byte{'['}
+	for i, l := range lines {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"ol_number":%d,"ol_i_id":%d,"ol_supply_w_id":%d,"ol_quantity":%d,"ol_amount":%s,"ol_delivery_d":`,
+			l.number, l.item, l.supplyW, l.qty, strconv.FormatFloat(l.amount, 'f', 2, 64))
+		if l.delivered == "" {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendQuote(b, l.delivered)
+		}
+		b = fmt.Appendf(b, `,"o_c_id":%d,"o_carrier_id":`, l.customer)
+		if l.carrier == 0 {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendInt(b, int64(l.carrier), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// deliveredLines is the entry of customer c's order whose lines rows
+// Delivery read, once delivered at (as the store prints it) by carrier.
+func deliveredLines(rows []Row, c int, at string, carrier int) (json.RawMessage, error) {
+	lines := make([]orderLine, len(rows))
+	for i, r := range rows {
+		l := orderLine{customer: c, delivered: at, carrier: carrier}
+		var err error
+		for _, f := range []struct {
+			col string
+			v   *int
+		}{{"ol_number", &l.number}, {"ol_i_id", &l.item}, {"ol_supply_w_id", &l.supplyW}, {"ol_quantity", &l.qty}} {
+			if *f.v, err = r.Int(f.col); err != nil {
+				return nil, err
+			}
+		}
+		if l.amount, err = r.Float("ol_amount"); err != nil {
+			return nil, err
+		}
+		lines[i] = l
+	}
+	return linesEntry(lines), nil
+}
+
+// storedTime is a timestamp argument's text (timestamp) as the store
+// prints the column back: MariaDB's datetime(6) with six digits,
+// PostgreSQL's timestamp without the fraction's trailing zeros.
+func (t *terminal) storedTime(ts string) string {
+	if t.mysql {
+		return ts
+	}
+	if strings.Contains(ts, ".") {
+		ts = strings.TrimRight(strings.TrimRight(ts, "0"), ".")
+	}
+	return ts
 }
 
 func missing(err error, what string, ids ...any) error {
@@ -467,9 +535,12 @@ func (t *terminal) delivery(ctx context.Context, tx Tx, in input) error {
 				return err
 			}
 		}
+		entry, err := deliveredLines(lines, c, t.storedTime(now), in.carrier)
+		if err != nil {
+			return err
+		}
 		tx.Patch(MapOldestNewOrder.Key(w, d), map[string]any{"$set": map[string]any{"no_o_id": o + 1}})
-		tx.Affect(MapLastOrder.Key(w, d, c))
-		tx.Affect(MapOrderLines.Key(w, d, o))
+		tx.Set(MapOrderLines.Key(w, d, o), entry)
 		tx.Patch(MapCustomer.Key(w, d, c), map[string]any{"$inc": map[string]any{"c_balance": sum, "c_delivery_cnt": 1}})
 		delivered++
 	}
