@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -242,16 +243,20 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	start := time.Now()
 	pl, planErr := s.plan(req)
-	read, age, cur, err := s.recordAndEntries(ctx, id, pl)
-	if err != nil {
-		return CommitResult{}, err
+	b, ok := s.knownBasis(id, pl, planErr)
+	if !ok {
+		var err error
+		if b, err = s.readBasis(ctx, id, pl); err != nil {
+			return CommitResult{}, err
+		}
 	}
 	if planErr != nil {
 		return CommitResult{}, planErr
 	}
-	groups := s.byPartition(read)
+	defer s.known.forget(id)
+	groups := s.byPartition(b.read)
 	fail := func(err error) (CommitResult, error) {
-		s.release(context.WithoutCancel(ctx), id, s.byPartition(read), -1) // read: acquireX may have added keys
+		s.release(context.WithoutCancel(ctx), id, s.byPartition(b.read), -1) // read: acquireX may have added keys
 		var ae *AbortedError
 		if errors.As(err, &ae) {
 			reason := metrics.AbortConflict
@@ -275,7 +280,19 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 		s.m.CommitDuration.Observe(time.Since(start).Seconds())
 		return CommitResult{Session: id}, nil
 	}
-	seq, err := s.commitQueue(ctx, id, age, pl, read, groups[pl.part], cur)
+	seq, err := s.commitQueue(ctx, id, pl, b, groups[pl.part])
+	if errors.Is(err, errNotesMoved) {
+		// A note this process did not see reached the record (the script
+		// changed nothing): commit from the record, as without knowledge.
+		if b, err = s.readBasis(ctx, id, pl); err != nil {
+			return fail(err)
+		}
+		groups = s.byPartition(b.read)
+		if err := s.validate(ctx, id, groups, queuePart); err != nil {
+			return fail(err)
+		}
+		seq, err = s.commitQueue(ctx, id, pl, b, groups[pl.part])
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -300,13 +317,61 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	return res, nil
 }
 
-// recordAndEntries reads the session's record (see record) and, when pl
-// patches entries, their current values (as commitQueue's first attempt
-// reads them), in one round trip: they do not depend on each other. The
-// values are only the first attempt's guess: the commit script compares
-// each with the entry it finds, and a changed one makes commitQueue read
-// them again. cur is nil when pl patches nothing (or is nil).
-func (s *Service) recordAndEntries(ctx context.Context, id string, pl *plan) (read map[string]string, age int64, cur []any, err error) {
+// commitBasis is what a commit starts from: the keys the session read,
+// each with its lease mode, and its start (its record's), the entries its
+// patches are first computed from (nil when it patches nothing: the
+// commit script compares each with the entry it finds, and a changed one
+// makes commitQueue read them again), and, when this process knows the
+// record without reading it, the count of notes the commit script must
+// find in it (0: the record was read).
+type commitBasis struct {
+	read  map[string]string
+	age   int64
+	cur   []any
+	notes int64
+}
+
+// errNotesMoved: the commit script found notes in the record that the
+// commit's basis did not know (it changed nothing).
+var errNotesMoved = errors.New("session: the record holds notes this process did not see")
+
+// knownBasis is the basis of a commit of pl from what this process knows
+// of session id, without a round trip: only outside Redis Cluster (the
+// record's slot is not the queue's), for a valid commit that writes, of a
+// session all of whose reads were in the queue's partition (nothing to
+// validate elsewhere) and that read every entry it patches.
+func (s *Service) knownBasis(id string, pl *plan, planErr error) (commitBasis, bool) {
+	if s.cluster || planErr != nil || pl == nil {
+		return commitBasis{}, false
+	}
+	k := s.known.take(id, s.cfg.SessionTimeout)
+	if k == nil {
+		return commitBasis{}, false
+	}
+	if groups := s.byPartition(k.read); len(groups) > 1 || (len(groups) == 1 && groups[pl.part] == nil) {
+		return commitBasis{}, false
+	}
+	b := commitBasis{read: k.read, age: k.start, notes: k.notes}
+	for i, w := range pl.writes {
+		if w.patch == nil {
+			continue
+		}
+		v, ok := k.values[w.key]
+		if !ok {
+			return commitBasis{}, false
+		}
+		if b.cur == nil {
+			b.cur = make([]any, len(pl.writes))
+		}
+		b.cur[i] = v
+	}
+	return b, true
+}
+
+// readBasis reads the basis of a commit of pl: session id's record (see
+// record) and, when pl patches entries, their current values, in one
+// round trip: they do not depend on each other.
+func (s *Service) readBasis(ctx context.Context, id string, pl *plan) (commitBasis, error) {
 	var entries []string
 	if pl != nil {
 		if e, patched := pl.entries(s.keys); patched {
@@ -314,22 +379,24 @@ func (s *Service) recordAndEntries(ctx context.Context, id string, pl *plan) (re
 		}
 	}
 	if entries == nil || !validID(id) {
-		read, age, err = s.record(ctx, id)
-		return read, age, nil, err
+		read, age, err := s.record(ctx, id)
+		return commitBasis{read: read, age: age}, err
 	}
 	pipe := s.rdb.Pipeline()
 	rec := pipe.HGetAll(ctx, s.keys.Record(id))
 	mget := pipe.MGet(ctx, entries...)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, nil, fmt.Errorf("session: %w", err)
+		return commitBasis{}, fmt.Errorf("session: %w", err)
 	}
-	if read, age, err = parseRecord(rec.Val()); err != nil {
-		return nil, 0, nil, err
+	read, age, err := parseRecord(rec.Val())
+	if err != nil {
+		return commitBasis{}, err
 	}
-	if cur, err = mget.Result(); err != nil && !errors.Is(err, redis.Nil) {
+	cur, err := mget.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		cur = nil // commitQueue reads them itself
 	}
-	return read, age, cur, nil
+	return commitBasis{read: read, age: age, cur: cur}, nil
 }
 
 // applyThrough applies queue through seq for a write-through commit.
@@ -358,7 +425,8 @@ const maxCASRetries = 16
 // good, or the session's lease was voided. When an older session's X lease
 // refuses a key, the session waits for its own X lease there (acquireX,
 // which adds the key to read) and runs the script again.
-func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *plan, read map[string]string, inPart []string, first []any) (int64, error) {
+func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, b commitBasis, inPart []string) (int64, error) {
+	age, read, first := b.age, b.read, b.cur
 	p := pl.part
 	changed := map[string]bool{}
 	for _, w := range pl.writes {
@@ -382,6 +450,10 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 	for _, k := range readOnly {
 		keys = append(keys, s.keys.Lease(p, k), s.keys.Entry(p, k))
 	}
+	notes := "" // the record's notes the first attempt checks: see commitBasis
+	if b.notes > 0 {
+		notes = strconv.FormatInt(b.notes, 10)
+	}
 	keyAt := func(i int64) string {
 		if int(i) <= len(pl.writes) {
 			return pl.writes[i-1].key
@@ -400,7 +472,7 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 				return 0, fmt.Errorf("session: commit: %w", err)
 			}
 		}
-		args := []any{id, pl.queue, string(obj), len(pl.writes), len(readOnly), age}
+		args := []any{id, pl.queue, string(obj), len(pl.writes), len(readOnly), age, notes}
 		for i, w := range pl.writes {
 			r := "0"
 			if _, ok := read[w.key]; ok {
@@ -409,14 +481,21 @@ func (s *Service) commitQueue(ctx context.Context, id string, age int64, pl *pla
 			expected, next := w.compute(cur[i])
 			args = append(args, r, expected, next, jitter.TTL(w.ttl).Milliseconds())
 		}
-		v, err := s.runWrite(ctx, commitScript, keys, args)
+		attemptKeys := keys
+		if notes != "" {
+			attemptKeys = append(keys[:len(keys):len(keys)], s.keys.Record(id))
+		}
+		v, err := s.runWrite(ctx, commitScript, attemptKeys, args)
 		if err != nil {
 			return 0, fmt.Errorf("session: commit: %w", err)
 		}
+		notes = "" // checked once: later attempts add only this commit's own notes (acquireX)
 		code, _ := v[0].(int64)
 		switch {
 		case code > 0:
 			return code, nil
+		case code == -5:
+			return 0, errNotesMoved
 		case code == -1:
 			i, _ := v[2].(int64)
 			return 0, &AbortedError{Reason: ReasonVoided, Key: keyAt(i)}

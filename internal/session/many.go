@@ -115,6 +115,7 @@ func (s *Service) readMany(ctx context.Context, id string, begin int64, rd Reads
 		copy(vals, all)
 		copy(pvals, all[len(refs):])
 	} else if wp, err = s.readFirst(ctx, id, begin, mode, refs, prefs, vals, firsts, pvals); err != nil {
+		s.known.forget(id)
 		return nil, nil, err
 	}
 
@@ -154,7 +155,13 @@ func (s *Service) readMany(ctx context.Context, id string, begin int64, rd Reads
 	}
 	wg.Wait()
 	if firstErr != nil {
+		if id != "" {
+			s.known.forget(id)
+		}
 		return nil, nil, firstErr
+	}
+	if id != "" {
+		s.known.read(id, refs, vals)
 	}
 	return spread(rd.Keys, at, vals), spread(rd.Peek, pat, pvals), nil
 }
@@ -210,6 +217,7 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 		if wp, err = s.note(ctx, id, 0, mode, keys...); err != nil {
 			return wp, err
 		}
+		s.known.noted(id, wp.start, wp.notes, mode, keys, s.cfg.SessionTimeout)
 		deadline = wp.deadline
 	} else {
 		// A new session's first leases wait the lease wait from now
@@ -262,6 +270,7 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 		} else if wp, err = notePlan(v, err); err != nil {
 			return wp, err
 		}
+		s.known.noted(id, wp.start, wp.notes, mode, keys, s.cfg.SessionTimeout)
 		for i, r := range refs {
 			if rerun[i] {
 				calls[i] = s.readCall(r, id, mode, wp.start, wp.deadline, toks[i])

@@ -19,11 +19,16 @@ import (
 // expires (field "f": when it was asked for), since a session that
 // outwaits its own leases is voided anyway.
 //
+// Each call counts itself in the record's field "n": a process that saw
+// every note of a session knows its record without reading it (see
+// knownSessions), and commitScript checks that count.
+//
 // KEYS: 1 record. ARGV: 1 record TTL ms, 2 lease wait ms, 3 lease lifetime
 // ms, 4 the start of a session to begin here ("0": none, the session must
 // exist), then pairs of field ("k:<key>") and mode.
-// Returns 0 when the session does not exist, else {start, deadline, first}
-// where first is 1 when these are the session's first leases.
+// Returns 0 when the session does not exist, else {start, deadline, first,
+// notes} where first is 1 when these are the session's first leases and
+// notes is the record's count of notes, this one included.
 var recordScript = redis.NewScript(`
 if ARGV[4] ~= '0' then
   if redis.call('HSETNX', KEYS[1], '_', ARGV[4]) == 0 then return 0 end
@@ -46,7 +51,8 @@ else
   first = 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return {tonumber(redis.call('HGET', KEYS[1], '_')) or 0, deadline, first}
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+return {tonumber(redis.call('HGET', KEYS[1], '_')) or 0, deadline, first, n}
 `)
 
 // readScript reads a cache entry, taking the session's lease first and,
@@ -139,12 +145,16 @@ return done
 //
 // KEYS: 1 registry, 2 queue, 3 counter, 4 object, 5 stats; then per
 // written key (lease record, entry, mapping); then per key only read in
-// this partition (lease record, entry).
+// this partition (lease record, entry); then, when ARGV[7] is not empty,
+// the session's record.
 // ARGV: 1 session, 2 queue name, 3 object, 4 written keys, 5 read keys,
-// 6 session start; then per written key: read by the session ("1"/"0"),
-// expected entry ("*" any, "-" absent, else the exact value: the patch was
-// computed from it), new entry ("-" delete), TTL ms.
-// Returns {seq}; {-1, "voided", i} when the session lost its lease on key
+// 6 session start, 7 the notes the record must count ("" none: the caller
+// read the record; else it knows it as of that note, knownSessions); then
+// per written key: read by the session ("1"/"0"), expected entry ("*" any,
+// "-" absent, else the exact value: the patch was computed from it), new
+// entry ("-" delete), TTL ms.
+// Returns {seq}; {-5} when the record counts other notes (the caller reads
+// it and commits again; nothing was changed); {-1, "voided", i} when the session lost its lease on key
 // i (1-based over written then read keys); {-2, conflict, i} when an X
 // lease is refused (an older session's X: the caller waits for it; a
 // golden S); {-3, i} when entry i is not the expected one; {-4} when the
@@ -163,9 +173,10 @@ local start = tonumber(ARGV[6])
 -- a session committed already (its object is queued) first: a second
 -- commit of it is refused as such, whatever became of its leases
 if redis.call('EXISTS', KEYS[4]) == 1 then return {-4} end
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[#KEYS], 'n') ~= ARGV[7] then return {-5} end
 local voids = {}
 for i = 1, nw do
-  local k, a = 6 + 3 * (i - 1), 7 + 4 * (i - 1)
+  local k, a = 6 + 3 * (i - 1), 8 + 4 * (i - 1)
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
   if ARGV[a] == '1' and not lease_held(ls, sid) then return {-1, 'voided', i} end
   local _, _, void, blocked, refused = lease_judge(ls, sid, 'X', start)
@@ -191,7 +202,7 @@ redis.call('ZADD', KEYS[1], 'NX', now, queue)
 redis.call('HINCRBY', KEYS[5], 'sessions', 1)
 redis.call('HINCRBY', KEYS[5], 'bytes', #ARGV[3] + #entry)
 for i = 1, nw do
-  local k, a = 6 + 3 * (i - 1), 7 + 4 * (i - 1)
+  local k, a = 6 + 3 * (i - 1), 8 + 4 * (i - 1)
   lease_void(KEYS[k], voids[i])
   redis.call('HDEL', KEYS[k], sid)
   local new = ARGV[a + 2]

@@ -92,6 +92,10 @@ type Service struct {
 	wakes  wakeups // of requests waiting for leases this process releases
 	valid  checked // statements CheckDML accepted
 	gone   forgets // records of committed sessions to delete
+	known  knownSessions
+	// cluster: Redis Cluster, where a session's record and its queue's
+	// partition are in different slots, so no script reads both.
+	cluster bool
 
 	// Applier applies queue prefixes for misses; set before serving.
 	Applier PrefixApplier
@@ -111,8 +115,9 @@ func New(rdb redis.UniversalClient, cfg Config, fams map[string]*Family, maps *m
 	if cfg.LeaseWait <= 0 {
 		cfg.LeaseWait = DefaultLeaseWait
 	}
+	_, cluster := rdb.(*redis.ClusterClient)
 	return &Service{rdb: rdb, keys: NewKeys(cfg.Prefix, cfg.Partitions), cfg: cfg, fams: fams, maps: maps,
-		leases: lease.NewClient(rdb), m: m, base: base, log: log}
+		leases: lease.NewClient(rdb), m: m, base: base, log: log, cluster: cluster}
 }
 
 // Keys is the service's Redis layout.
@@ -306,6 +311,7 @@ func (s *Service) validate(ctx context.Context, id string, groups map[int][]stri
 
 // Abort releases the session's leases and forgets it.
 func (s *Service) Abort(ctx context.Context, id string) error {
+	s.known.forget(id)
 	read, _, err := s.record(ctx, id)
 	if err != nil {
 		return err
@@ -318,6 +324,7 @@ func (s *Service) Abort(ctx context.Context, id string) error {
 // abortQuietly releases a session's leases after a failure, on a context of
 // its own (the request's may be done).
 func (s *Service) abortQuietly(id, reason string) {
+	s.known.forget(id)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if read, _, err := s.record(ctx, id); err == nil {

@@ -401,7 +401,7 @@ func TestCommitPatchReadsWithRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, []any{`{"n":1,"s":"x"}`}); err != nil {
+	if _, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age, cur: []any{`{"n":1,"s":"x"}`}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := entry(); !strings.Contains(got, `"n":3`) || !strings.Contains(got, `"s":"x"`) {
@@ -430,10 +430,10 @@ func TestCommitTwiceQueuesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); err != nil || seq <= 0 {
+	if seq, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); err != nil || seq <= 0 {
 		t.Fatalf("first commit: seq %d, %v", seq, err)
 	}
-	if _, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); !errors.Is(err, ErrUnknownSession) {
+	if _, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("second commit of the same session: %v, want ErrUnknownSession", err)
 	}
 	if n, err := w.rdb.LLen(ctx, w.svc.keys.Queue(pl.part, "f/1")).Result(); err != nil || n != 1 {
@@ -452,10 +452,10 @@ func TestCommitTwiceQueuesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); err != nil || seq <= 0 {
+	if seq, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); err != nil || seq <= 0 {
 		t.Fatalf("first commit of the leased session: seq %d, %v", seq, err)
 	}
-	if _, err := w.svc.commitQueue(ctx, id, age, pl, read, nil, nil); !errors.Is(err, ErrUnknownSession) {
+	if _, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("second commit of the leased session: %v, want ErrUnknownSession", err)
 	}
 }
@@ -509,5 +509,88 @@ func TestCommitsShareRecordDeletions(t *testing.T) {
 	}
 	if got := dels.n.Load(); got == 0 || got >= n {
 		t.Errorf("%d commits deleted their records in %d round trips, want fewer (batched)", n, got)
+	}
+}
+
+// TestCommitFromKnownRecord: the commit of a session whose every note this
+// process made, and which read the entry it patches, is one round trip
+// (the record's deletion follows, batched). An entry changed behind the
+// known value is read again, as a stale guess is. A note made elsewhere (a
+// second service on the same Redis: another sidecar) makes the commit
+// script refuse what this process knows, changing nothing, and the commit
+// then reads the record: the other read's lease, voided meanwhile, aborts
+// the session.
+func TestCommitFromKnownRecord(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.commitSet(t, "k:1:a", `{"n":1}`)
+	rt, dels := &roundTrips{}, &delRounds{}
+	w.rdb.AddHook(rt)
+	w.rdb.AddHook(dels)
+	entry := func() string {
+		t.Helper()
+		v, err := w.rdb.Get(ctx, w.svc.keys.Entry(w.svc.keys.Partition("f/1"), "k:1:a")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	inc := CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Patch: json.RawMessage(`{"$inc":{"n":1}}`)}}}
+
+	id, _, _, err := w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a"}, ForUpdate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.svc.ReadAll(ctx, id, Reads{Keys: []string{"k:1:c"}}); err != nil { // a second note, seen here
+		t.Fatal(err)
+	}
+	before, delsBefore := rt.n.Load(), dels.n.Load()
+	if _, err := w.svc.Commit(ctx, id, inc); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the record's deletion", func() bool { return dels.n.Load() == delsBefore+1 })
+	if n := rt.n.Load() - before; n != 2 {
+		t.Errorf("a commit from a known record made %d round trips, want 2 (the commit; the record's deletion, after)", n)
+	}
+	w.forgotten(t, id)
+	if got := entry(); got != `{"n":2}` {
+		t.Fatalf("entry %s after one $inc, want n 2", got)
+	}
+
+	// The entry changed behind the value the session read: the patch
+	// applies to the entry the script finds.
+	id, _, _, err = w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a"}, ForUpdate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.rdb.Set(ctx, w.svc.keys.Entry(w.svc.keys.Partition("f/1"), "k:1:a"), `{"n":5}`, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.Commit(ctx, id, inc); err != nil {
+		t.Fatal(err)
+	}
+	if got := entry(); got != `{"n":6}` {
+		t.Fatalf("entry %s after an $inc of the entry the script found (n 5), want n 6", got)
+	}
+
+	// Another service notes a key in the session; a third session's
+	// commit of that key voids the lease it took there.
+	other := New(w.rdb, w.svc.cfg, w.svc.fams, w.svc.maps, metrics.NewSessions(nil), metrics.New(nil), slog.New(slog.DiscardHandler))
+	other.Applier = w
+	id, _, _, err = w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a"}, ForUpdate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := other.ReadAll(ctx, id, Reads{Keys: []string{"k:1:b"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.commitSet(t, "k:1:b", `{"v":"b2"}`)
+	_, err = w.svc.Commit(ctx, id, inc)
+	var ae *AbortedError
+	if !errors.As(err, &ae) || ae.Reason != ReasonVoided || ae.Key != "k:1:b" {
+		t.Fatalf("commit after another service's read whose lease was voided: %v, want aborted (k:1:b voided)", err)
+	}
+	if got := entry(); got != `{"n":6}` {
+		t.Errorf("entry %s after an aborted commit, want n 6", got)
 	}
 }

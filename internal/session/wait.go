@@ -85,6 +85,7 @@ type waitPlan struct {
 	start    int64 // the session's start (µs, its age)
 	deadline int64 // ms on Redis's clock
 	first    bool  // the session's first lease: its record's "f" is now
+	notes    int64 // the record's count of notes, this one included
 }
 
 // note records keys and the lease mode asked for on each in the session's
@@ -116,7 +117,11 @@ func notePlan(v any, err error) (waitPlan, error) {
 	st, _ := a[0].(int64)
 	dl, _ := a[1].(int64)
 	first, _ := a[2].(int64)
-	return waitPlan{start: st, deadline: dl, first: first == 1}, nil
+	var notes int64
+	if len(a) > 3 {
+		notes, _ = a[3].(int64)
+	}
+	return waitPlan{start: st, deadline: dl, first: first == 1, notes: notes}, nil
 }
 
 // waited ends a wait that was granted: the record's first-lease time moves
