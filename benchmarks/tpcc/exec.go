@@ -1,7 +1,6 @@
 package tpcc
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -309,12 +308,6 @@ func (t *sessionTx) fetchInto(ctx context.Context, l Lease, reads []Read, into f
 		return err
 	}
 	return decodeInto(keys, vals, into)
-}
-
-func decodeJSON(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return dec.Decode(v)
 }
 
 func (t *sessionTx) Exec(_ context.Context, sql string, args ...any) error {
