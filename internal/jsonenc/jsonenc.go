@@ -8,6 +8,7 @@ package jsonenc
 import (
 	"encoding/json"
 	"math"
+	"sort"
 	"strconv"
 )
 
@@ -78,6 +79,27 @@ func Value(b []byte, v any) ([]byte, error) {
 		}
 	case json.RawMessage:
 		return Raw(b, x)
+	case map[string]any: // a patch's operators
+		if x == nil {
+			return append(b, "null"...), nil
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(String(b, k), ':')
+			var err error
+			if b, err = Value(b, x[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
 	}
 	q, err := json.Marshal(v)
 	if err != nil {

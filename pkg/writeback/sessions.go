@@ -223,13 +223,13 @@ func commitRequest(c client.Commit) (session.CommitRequest, error) {
 	return req, nil
 }
 
-// encodeChange encodes a cache change's patch or value; nil (left out of
-// the HTTP body by omitempty) stays nil.
+// encodeChange encodes a cache change's patch or value as json.Marshal
+// does (jsonenc); nil (left out of the HTTP body by omitempty) stays nil.
 func encodeChange(v any) (json.RawMessage, error) {
 	if v == nil {
 		return nil, nil
 	}
-	return json.Marshal(v)
+	return jsonenc.Value(nil, v)
 }
 
 // sessionFail turns a session service error into the HTTP API's answer
