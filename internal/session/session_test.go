@@ -124,6 +124,16 @@ func (w *world) forgotten(t *testing.T, id string) {
 	}
 }
 
+// entry is key's cache entry in Redis (queue f/1's partition).
+func (w *world) entry(t *testing.T, key string) string {
+	t.Helper()
+	v, err := w.rdb.Get(context.Background(), w.svc.keys.Entry(w.svc.keys.Partition("f/1"), key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func (w *world) commitSet(t *testing.T, key string, v string) CommitResult {
 	t.Helper()
 	ctx := context.Background()
@@ -376,14 +386,7 @@ func TestCommitPatchReadsWithRecord(t *testing.T) {
 		t.Errorf("a patching commit made %d round trips, want 3 (record and entry, commit; the record's deletion, after)", n)
 	}
 	w.forgotten(t, id)
-	entry := func() string {
-		t.Helper()
-		v, err := w.rdb.Get(ctx, w.svc.keys.Entry(w.svc.keys.Partition("f/1"), "k:1:a")).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	entry := func() string { return w.entry(t, "k:1:a") }
 	if got := entry(); !strings.Contains(got, `"n":2`) {
 		t.Fatalf("entry %s after one $inc, want n 2", got)
 	}
@@ -527,14 +530,7 @@ func TestCommitFromKnownRecord(t *testing.T) {
 	rt, dels := &roundTrips{}, &delRounds{}
 	w.rdb.AddHook(rt)
 	w.rdb.AddHook(dels)
-	entry := func() string {
-		t.Helper()
-		v, err := w.rdb.Get(ctx, w.svc.keys.Entry(w.svc.keys.Partition("f/1"), "k:1:a")).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	entry := func() string { return w.entry(t, "k:1:a") }
 	inc := CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Patch: json.RawMessage(`{"$inc":{"n":1}}`)}}}
 
 	id, _, _, err := w.svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:a"}, ForUpdate: true})
