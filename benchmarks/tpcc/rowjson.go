@@ -3,7 +3,7 @@ package tpcc
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
+	"unicode/utf8"
 )
 
 // The sidecar's entries are compact JSON objects of one row's columns (or
@@ -73,7 +73,7 @@ func scanRow(b []byte) (Row, []byte, bool) {
 	}
 	for {
 		key, rest, ok := scanString(b)
-		if !ok || !validUTF8(key) || len(rest) == 0 || rest[0] != ':' {
+		if !ok || !utf8.ValidString(key) || len(rest) == 0 || rest[0] != ':' {
 			return nil, nil, false
 		}
 		var v any
@@ -116,8 +116,9 @@ func scanValue(b []byte) (any, []byte, bool) {
 	}
 	switch b[0] {
 	case '"':
+		// encoding/json replaces invalid UTF-8, which a plain copy keeps.
 		s, rest, ok := scanString(b)
-		if !ok || !validUTF8(s) {
+		if !ok || !utf8.ValidString(s) {
 			return nil, nil, false
 		}
 		return s, rest, true
@@ -134,10 +135,6 @@ func scanValue(b []byte) (any, []byte, bool) {
 	}
 	return json.Number(b[:n]), b[n:], true
 }
-
-// validUTF8 reports whether s is valid UTF-8: encoding/json replaces
-// invalid bytes, which a plain copy would keep.
-func validUTF8(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 
 // numberLen is the length of the JSON number at the start of b (0: none):
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?

@@ -243,18 +243,18 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	start := time.Now()
 	pl, planErr := s.plan(req)
-	b, ok := s.knownBasis(id, pl, planErr)
+	b, groups, ok := s.knownBasis(id, pl, planErr)
 	if !ok {
 		var err error
 		if b, err = s.readBasis(ctx, id, pl); err != nil {
 			return CommitResult{}, err
 		}
+		groups = s.byPartition(b.read)
 	}
 	if planErr != nil {
 		return CommitResult{}, planErr
 	}
 	defer s.known.forget(id)
-	groups := s.byPartition(b.read)
 	fail := func(err error) (CommitResult, error) {
 		s.release(context.WithoutCancel(ctx), id, s.byPartition(b.read), -1) // read: acquireX may have added keys
 		var ae *AbortedError
@@ -336,20 +336,22 @@ type commitBasis struct {
 var errNotesMoved = errors.New("session: the record holds notes this process did not see")
 
 // knownBasis is the basis of a commit of pl from what this process knows
-// of session id, without a round trip: only outside Redis Cluster (the
-// record's slot is not the queue's), for a valid commit that writes, of a
-// session all of whose reads were in the queue's partition (nothing to
-// validate elsewhere) and that read every entry it patches.
-func (s *Service) knownBasis(id string, pl *plan, planErr error) (commitBasis, bool) {
+// of session id, without a round trip, and its read keys by partition:
+// only outside Redis Cluster (the record's slot is not the queue's), for a
+// valid commit that writes, of a session all of whose reads were in the
+// queue's partition (nothing to validate elsewhere) and that read every
+// entry it patches.
+func (s *Service) knownBasis(id string, pl *plan, planErr error) (commitBasis, map[int][]string, bool) {
 	if s.cluster || planErr != nil || pl == nil {
-		return commitBasis{}, false
+		return commitBasis{}, nil, false
 	}
 	k := s.known.take(id, s.cfg.SessionTimeout)
 	if k == nil {
-		return commitBasis{}, false
+		return commitBasis{}, nil, false
 	}
-	if groups := s.byPartition(k.read); len(groups) > 1 || (len(groups) == 1 && groups[pl.part] == nil) {
-		return commitBasis{}, false
+	groups := s.byPartition(k.read)
+	if len(groups) > 1 || (len(groups) == 1 && groups[pl.part] == nil) {
+		return commitBasis{}, nil, false
 	}
 	b := commitBasis{read: k.read, age: k.start, notes: k.notes}
 	for i, w := range pl.writes {
@@ -358,14 +360,14 @@ func (s *Service) knownBasis(id string, pl *plan, planErr error) (commitBasis, b
 		}
 		v, ok := k.values[w.key]
 		if !ok {
-			return commitBasis{}, false
+			return commitBasis{}, nil, false
 		}
 		if b.cur == nil {
 			b.cur = make([]any, len(pl.writes))
 		}
 		b.cur[i] = v
 	}
-	return b, true
+	return b, groups, true
 }
 
 // readBasis reads the basis of a commit of pl: session id's record (see

@@ -429,16 +429,20 @@ func TestCommitTwiceQueuesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read, age, err := w.svc.record(ctx, id)
-	if err != nil {
-		t.Fatal(err)
+	commitTwice := func(what string) {
+		t.Helper()
+		read, age, err := w.svc.record(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); err != nil || seq <= 0 {
+			t.Fatalf("first commit of %s: seq %d, %v", what, seq, err)
+		}
+		if _, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); !errors.Is(err, ErrUnknownSession) {
+			t.Fatalf("second commit of %s: %v, want ErrUnknownSession", what, err)
+		}
 	}
-	if seq, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); err != nil || seq <= 0 {
-		t.Fatalf("first commit: seq %d, %v", seq, err)
-	}
-	if _, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); !errors.Is(err, ErrUnknownSession) {
-		t.Fatalf("second commit of the same session: %v, want ErrUnknownSession", err)
-	}
+	commitTwice("the session")
 	if n, err := w.rdb.LLen(ctx, w.svc.keys.Queue(pl.part, "f/1")).Result(); err != nil || n != 1 {
 		t.Errorf("the queue holds %d sessions (%v), want 1", n, err)
 	}
@@ -451,16 +455,7 @@ func TestCommitTwiceQueuesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read, age, err = w.svc.record(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if seq, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); err != nil || seq <= 0 {
-		t.Fatalf("first commit of the leased session: seq %d, %v", seq, err)
-	}
-	if _, err := w.svc.commitQueue(ctx, id, pl, commitBasis{read: read, age: age}, nil); !errors.Is(err, ErrUnknownSession) {
-		t.Fatalf("second commit of the leased session: %v, want ErrUnknownSession", err)
-	}
+	commitTwice("the leased session")
 }
 
 // delRounds counts the pipelines that delete keys (forgetBatches').
