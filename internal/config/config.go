@@ -66,6 +66,10 @@ type Redis struct {
 	KeyPrefix        string   `yaml:"keyPrefix"`   // prefix of every key the sidecar writes
 	DialTimeout      Duration `yaml:"dialTimeout"` // connect timeout
 	PoolSize         int      `yaml:"poolSize"`    // connections per Redis node
+	// ShareRoundTrips sends the commands of concurrent requests that
+	// arrive while two round trips are in Redis together, in one pipeline
+	// (package pipeshare). Default true.
+	ShareRoundTrips bool `yaml:"shareRoundTrips"`
 }
 
 // RedisTLS is TLS to every Redis node (and, in sentinel mode, to the
@@ -233,6 +237,10 @@ func Default() *Config {
 			KeyPrefix:   "wb",
 			DialTimeout: Duration{2 * time.Second},
 			PoolSize:    64,
+			// Shared round trips cost a caller nothing while fewer than two
+			// are in flight, and save a write and a read per request on both
+			// sides of the socket under load.
+			ShareRoundTrips: true,
 		},
 		Writeback: Writeback{
 			Partitions:        64,

@@ -47,6 +47,7 @@ func TestLoadDefaults(t *testing.T) {
 			assert.Equal(t, "wb", got.Redis.KeyPrefix)
 			assert.Equal(t, 2*time.Second, got.Redis.DialTimeout.Duration)
 			assert.Equal(t, 64, got.Redis.PoolSize)
+			assert.True(t, got.Redis.ShareRoundTrips)
 			assert.Equal(t, Writeback{
 				Partitions: 64, Workers: 4, BatchSize: 128,
 				LeaseLifetime: Duration{500 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
@@ -71,7 +72,7 @@ func TestLoadFull(t *testing.T) {
 		Redis: Redis{
 			Addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"}, Mode: "sentinel", MasterName: "mymaster",
 			Username: "app", Password: "pw", DB: 2, Replicas: 1, KeyPrefix: "wb:test",
-			DialTimeout: Duration{5 * time.Second}, PoolSize: 16,
+			DialTimeout: Duration{5 * time.Second}, PoolSize: 16, ShareRoundTrips: false,
 			SentinelUsername: "sent", SentinelPassword: "spw",
 			TLS: RedisTLS{Enabled: true, CAFile: "/etc/redis/ca.pem", CertFile: "/etc/redis/c.pem", KeyFile: "/etc/redis/k.pem", ServerName: "redis.internal"},
 		},
@@ -246,7 +247,7 @@ func TestLoadPrecedence(t *testing.T) {
 				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
 					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Username: "u", Password: "p", Replicas: 2,
-					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
+					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64, ShareRoundTrips: true,
 					SentinelPassword: "sp", TLS: RedisTLS{Enabled: true, CAFile: "ca.pem"},
 				}, c.Redis)
 				assert.Equal(t, Writeback{
@@ -276,7 +277,7 @@ func TestLoadPrecedence(t *testing.T) {
 				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
 					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Username: "u", Password: "p", Replicas: 2,
-					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64,
+					KeyPrefix: "k", DialTimeout: Duration{2 * time.Second}, PoolSize: 64, ShareRoundTrips: true,
 					SentinelPassword: "sp", TLS: RedisTLS{Enabled: true, CAFile: "ca.pem"},
 				}, c.Redis)
 				assert.Equal(t, Writeback{
@@ -337,7 +338,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:    "unknown key",
 			path:    "testdata/unknown_key.yaml",
-			wantErr: "testdata/unknown_key.yaml:3: redis.mastername is not a known key; remove it or fix its spelling (redis takes: addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, tls, username)",
+			wantErr: "testdata/unknown_key.yaml:3: redis.mastername is not a known key; remove it or fix its spelling (redis takes: addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, shareRoundTrips, tls, username)",
 		},
 		{
 			name:    "unknown key in a collection",
@@ -398,7 +399,7 @@ func TestLoadStructuralErrors(t *testing.T) {
 		name, yaml, wantErr string
 	}{
 		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, debugListen, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
-		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, tls, username)"},
+		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, shareRoundTrips, tls, username)"},
 		{"scalar where a list belongs", "redis: {addrs: 127.0.0.1:6379}\n", "f.yaml:1: redis.addrs: want a list such as [a, b]"},
 		{"mapping where a value belongs", "listen: {a: b}\n", "f.yaml:1: listen: want a single value, not a list or a mapping"},
 		{"bool", "redis: {replicas: yes}\n", `f.yaml:1: redis.replicas: "yes" is not a whole number`},

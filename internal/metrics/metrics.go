@@ -88,6 +88,11 @@ type Metrics struct {
 	// Redis.
 	RedisUp             prometheus.Gauge   // redis_up
 	ReplicationFailures prometheus.Counter // redis_replication_failures_total
+	// SharedCalls counts the requests' commands and pipelines sent in
+	// shared round trips, SharedRounds those round trips (package
+	// pipeshare).
+	SharedCalls  prometheus.Counter // redis_shared_calls_total
+	SharedRounds prometheus.Counter // redis_shared_round_trips_total
 
 	// Overload.
 	WriteThroughFallback *prometheus.GaugeVec // write_through_fallback{collection}
@@ -259,6 +264,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		ReplicationFailures: f.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "redis_replication_failures_total",
 			Help: "Writes answered as not acknowledged because fewer than redis.replicas replicas confirmed them in time.",
+		}),
+		SharedCalls: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "redis_shared_calls_total",
+			Help: "Redis commands and pipelines of concurrent requests sent together in shared round trips (redis.shareRoundTrips).",
+		}),
+		SharedRounds: f.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "redis_shared_round_trips_total",
+			Help: "Round trips that carried the shared calls: redis_shared_calls_total over this is the calls per round trip.",
 		}),
 
 		WriteThroughFallback: f.NewGaugeVec(prometheus.GaugeOpts{

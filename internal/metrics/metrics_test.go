@@ -21,6 +21,7 @@ var allNames = []string{
 	"apply_retries_total", "batch_splits_total", "deadletters_total",
 	"duplicates_skipped_total", "redis_rollbacks_total", "redis_replicas_in_sync", "redis_eviction_unsafe", "dead_letters_dropped", "replica_shortfalls_total", "converted_writes_total", "lease_conflicts_total", "store_up", "write_through_fallback", "build_info",
 	"apply_batch_timeouts_total", "apply_batch_shrinks_total", "redis_up", "redis_replication_failures_total",
+	"redis_shared_calls_total", "redis_shared_round_trips_total",
 }
 
 // touch gives every vector one series so that Gather reports it.

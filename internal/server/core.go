@@ -17,6 +17,7 @@ import (
 	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/document"
 	"github.com/writeback/writeback/internal/metrics"
+	"github.com/writeback/writeback/internal/pipeshare"
 	"github.com/writeback/writeback/internal/rscript"
 	"github.com/writeback/writeback/internal/store"
 )
@@ -102,6 +103,9 @@ func NewCore(ctx context.Context, cfg *config.Config, reg prometheus.Registerer,
 
 	s.m = metrics.New(reg)
 	s.m.SetBuildInfo(Version, Commit)
+	if rc, ok := s.rdb.(*redis.Client); ok && cfg.Redis.ShareRoundTrips {
+		pipeshare.Share(rc, s.m.SharedCalls, s.m.SharedRounds)
+	}
 	colls := map[string]*document.Collection{}
 	applied := map[string]*bgt.Collection{}
 	for name, cc := range cfg.Collections {
