@@ -66,6 +66,21 @@ type TTLer interface {
 	TTL() time.Duration
 }
 
+// Fixed is implemented by mappings that may declare their entries
+// immutable: no session changes what they show (reference data: a
+// product's name and price list, a warehouse's address). A sidecar keeps
+// the entries of such a mapping that reads outside a session find in
+// process, for the entries' lifetime, and refuses commits that name them.
+type Fixed interface {
+	Immutable() bool
+}
+
+// Immutable reports whether m declares its entries immutable (Fixed).
+func Immutable(m Mapping) bool {
+	f, ok := m.(Fixed)
+	return ok && f.Immutable()
+}
+
 // DefaultTTL is the lifetime of a mapped cache entry when the mapping does
 // not say (±10 % jitter is added).
 const DefaultTTL = time.Hour

@@ -27,23 +27,28 @@ type Mapping struct {
 	DBQuery string
 	Many    bool
 	Queued  bool
-	Columns []string // documentation only: what the value holds
+	// Immutable: no transaction changes the columns the query reads (the
+	// item table; a warehouse's name, address and tax; a stock row's
+	// district texts and data; customers' names): the sidecar keeps the
+	// entries its reads outside sessions find in process (immutable: true).
+	Immutable bool
+	Columns   []string // documentation only: what the value holds
 }
 
 // The entries. Keys are "<name>:<param>:<param>…".
 var (
-	MapWarehouse = &Mapping{Name: "wh", Params: 1,
+	MapWarehouse = &Mapping{Name: "wh", Params: 1, Immutable: true,
 		Query: "SELECT w_id, w_name, w_street_1, w_street_2, w_city, w_state, w_zip, w_tax FROM warehouse WHERE w_id = $1"}
 	MapDistrict = &Mapping{Name: "dist", Params: 2, Queued: true,
 		Query: "SELECT d_id, d_name, d_street_1, d_street_2, d_city, d_state, d_zip, d_tax, d_next_o_id FROM district WHERE d_w_id = $1 AND d_id = $2"}
 	MapCustomer = &Mapping{Name: "cust", Params: 3, Queued: true,
 		Query: "SELECT c_id, c_first, c_middle, c_last, c_street_1, c_street_2, c_city, c_state, c_zip, c_phone, c_since, c_credit, " +
 			"c_credit_lim, c_discount, c_balance, c_ytd_payment, c_payment_cnt, c_delivery_cnt FROM customer WHERE c_w_id = $1 AND c_d_id = $2 AND c_id = $3"}
-	MapCustomersByName = &Mapping{Name: "cname", Params: 3, Many: true,
+	MapCustomersByName = &Mapping{Name: "cname", Params: 3, Many: true, Immutable: true,
 		Query: "SELECT c_id FROM customer WHERE c_w_id = $1 AND c_d_id = $2 AND c_last = $3 ORDER BY c_first"}
-	MapItem = &Mapping{Name: "item", Params: 1,
+	MapItem = &Mapping{Name: "item", Params: 1, Immutable: true,
 		Query: "SELECT i_id, i_name, i_price, i_data FROM item WHERE i_id = $1"}
-	MapStock = &Mapping{Name: "stock", Params: 2,
+	MapStock = &Mapping{Name: "stock", Params: 2, Immutable: true,
 		Query: "SELECT s_i_id, s_dist_01, s_dist_02, s_dist_03, s_dist_04, s_dist_05, s_dist_06, s_dist_07, s_dist_08, s_dist_09, s_dist_10, s_data " +
 			"FROM stock WHERE s_w_id = $1 AND s_i_id = $2"}
 	// MapLastOrder is a customer's last order: the columns of it only
@@ -119,6 +124,9 @@ func (m *Mapping) Config(store string) map[string]any {
 	c := map[string]any{"plugin": "sql", "store": store, "key": key, "query": m.Query, "many": m.Many}
 	if m.Queued {
 		c["queue"] = Family + "/{w}"
+	}
+	if m.Immutable {
+		c["immutable"] = true
 	}
 	return c
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/tpcc"
+	"github.com/writeback/writeback/internal/config"
 )
 
 // options are the command's flags, validated.
@@ -24,6 +25,8 @@ type options struct {
 	latency                time.Duration // added each way by a latency proxy; 0: none
 	quick, cold            bool
 	seed                   uint64
+	share                  bool            // the sidecar's redis.shareRoundTrips
+	immutable              config.ByteSize // the sidecar's writeback.immutableCache
 	args                   []string
 }
 
@@ -48,6 +51,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "a quick run (under 2 minutes): 2 warehouses, 5 terminals each, 10000 items, 300 customers, 2s warm-up, 10s measured, unless set explicitly")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the load and the terminals")
 	cache := fs.String("cache", "warm", "the sidecar's cache when a run starts: warm (every warehouse, district, customer, customers-by-last-name, item and stock entry read first, as the load leaves the database's buffer pool warm) or cold (empty)")
+	fs.BoolVar(&o.share, "share-round-trips", true, "the sidecar's redis.shareRoundTrips: concurrent requests share Redis round trips (false: each goes alone, to compare)")
+	o.immutable = config.Default().Writeback.ImmutableCache
+	fs.TextVar(&o.immutable, "immutable-cache", o.immutable, "the sidecar's writeback.immutableCache: bytes of the immutable mappings' entries kept in process (0: none, to compare)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each policy's measured run (this process: the terminals and, in-process, the sidecar and its appliers) to this file, with the policy before its extension (cpu.pprof: cpu-write-back.pprof)")
 	if err := bench.Parse(fs, args); err != nil {
 		return nil, err

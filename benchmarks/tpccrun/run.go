@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/tpcc"
+	"github.com/writeback/writeback/internal/config"
 )
 
 // Main is the tpcc command: it parses args as its flags and runs TPC-C
@@ -62,7 +63,9 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	for _, p := range o.policies {
 		out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, Store: o.store, DSN: o.dsn, RunDSN: runDSN, RedisAddr: o.redis, Scale: scale,
 			Terminals: o.terminals, Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold,
-			CPUProfile: profilePath(o.cpuprofile, p)})
+			CPUProfile: profilePath(o.cpuprofile, p), Configure: func(c *config.Config) {
+				c.Redis.ShareRoundTrips, c.Writeback.ImmutableCache = o.share, o.immutable
+			}})
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}

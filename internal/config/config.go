@@ -188,6 +188,7 @@ type Writeback struct {
 	CombineWrites     bool     `yaml:"combineWrites"`     // concurrent requests' buffered writes share Redis round trips
 	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random
 	NearCache         string   `yaml:"nearCache"`         // on | off: the collections' near caches
+	ImmutableCache    ByteSize `yaml:"immutableCache"`    // budget of the immutable mappings' entries kept in process; 0: none
 }
 
 // NearCacheOn reports whether the collections' near caches are on.
@@ -258,6 +259,7 @@ func Default() *Config {
 			MaxDeadLetters:    1000,
 			CombineWrites:     true,
 			NearCache:         NearCacheOn,
+			ImmutableCache:    64 * MiB,
 		},
 		Limits: Limits{MaxBodyBytes: 1 * MiB},
 		HTTP: HTTP{

@@ -299,6 +299,9 @@ func (c *Config) validateWriteback(v *validator) {
 	if w.MaxDeadLetters < 0 {
 		v.addf("writeback.maxDeadLetters: %d is negative; use 0 to keep every dead letter, or how many each partition keeps", w.MaxDeadLetters)
 	}
+	if w.ImmutableCache < 0 {
+		v.addf("writeback.immutableCache: %d is negative; use a size such as 64MiB, or 0 to keep no copies", w.ImmutableCache)
+	}
 	if w.PinnedMemoryLimit <= 0 {
 		v.addf("writeback.pinnedMemoryLimit: %d is not positive; use a size such as 1GiB", w.PinnedMemoryLimit)
 	}

@@ -238,6 +238,8 @@ func TestValidate(t *testing.T) {
 			"writeback.maxDeadLetters: -1 is negative; use 0 to keep every dead letter, or how many each partition keeps"},
 		{"pinned memory limit", func(c *Config) { c.Writeback.PinnedMemoryLimit = 0 },
 			"writeback.pinnedMemoryLimit: 0 is not positive; use a size such as 1GiB"},
+		{"negative immutable cache", func(c *Config) { c.Writeback.ImmutableCache = -1 },
+			"writeback.immutableCache: -1 is negative; use a size such as 64MiB, or 0 to keep no copies"},
 		{"instance id", func(c *Config) { c.Writeback.InstanceID = "a b" },
 			`writeback.instanceID: "a b" contains braces or spaces; use letters, digits, '-', '.' or '_'`},
 		{"instance id with a separator of the lease record", func(c *Config) { c.Writeback.InstanceID = "a;b" },

@@ -71,7 +71,7 @@ func NewSessions(reg prometheus.Registerer) *Sessions {
 		}, []string{"reason"}),
 		Reads: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "session_cache_reads_total",
-			Help: "Reads of mapped cache entries, by result: hit, miss, conflict.",
+			Help: "Reads of mapped cache entries, by result: hit, miss, conflict, near (an immutable mapping's entry served from its copy in process).",
 		}, []string{"result"}),
 		CommitDuration: f.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "session_commit_duration_seconds",

@@ -76,6 +76,7 @@ func NewSessions(ctx context.Context, core *Core, reg prometheus.Registerer) (*S
 		Replicas:       cfg.Redis.Replicas,
 		ReplicaTimeout: replicaTimeout,
 		InSync:         core.inSync,
+		FixedBytes:     int64(wb.ImmutableCache),
 	}, fams, maps, sm, core.m, core.log)
 	q := session.NewQueues(core.rdb, svc.Keys())
 	app := bgt.NewQueueApplier(bgt.QueueConfig{

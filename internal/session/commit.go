@@ -162,6 +162,9 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.fixed {
+			return nil, invalid("%s: %q is an entry of an immutable mapping (immutable: true), which no session changes", field, truncate(key))
+		}
 		if r.queue != req.Queue {
 			if r.queue == "" {
 				return nil, invalid("%s: the value of %q depends on no queue (its mapping names none), so no session can change it", field, truncate(key))

@@ -128,6 +128,7 @@ func (s *Service) readMany(ctx context.Context, id string, begin int64, rd Reads
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sent := time.Now()
 			val, err := s.readLeased(ctx, r, id, mode, wp, first)
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				mu.Lock()
@@ -139,6 +140,9 @@ func (s *Service) readMany(ctx context.Context, id string, begin int64, rd Reads
 					firstErr = err
 				}
 				return
+			}
+			if mode == "" {
+				s.fixed.put(r, val, sent)
 			}
 			*into = val
 		}()
@@ -239,10 +243,7 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 		calls[i] = s.readCall(r, id, mode, wp.start, deadline, toks[i])
 		reads[i] = calls[i].Script.EvalSha(ctx, pipe, calls[i].Keys, calls[i].Args...)
 	}
-	gets := make([]*redis.StringCmd, len(prefs))
-	for i, r := range prefs {
-		gets[i] = pipe.Get(ctx, s.keys.Entry(r.part, r.key))
-	}
+	gets := s.getPeeks(ctx, pipe, prefs, pvals)
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 
 	replies := make([]any, len(refs))
@@ -313,5 +314,5 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 			firsts[i].deadline, _ = v[2].(int64)
 		}
 	}
-	return wp, s.hits(gets, pvals)
+	return wp, s.peeked(gets, prefs, pvals)
 }

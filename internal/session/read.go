@@ -46,25 +46,50 @@ func (s *Service) Read(ctx context.Context, id, key string, forUpdate bool) (jso
 }
 
 // peek serves reads outside a session from the entries that are cached:
-// one round trip of plain GETs, no script. Such a read takes no lease, and
-// an entry changes only inside the commit that changes it (one script), so
-// a cached entry is the latest committed value whatever leases its key
-// has. vals[i] is nil for a miss, which goes through readScript (the I
-// lease of its fill).
+// the copies this process keeps of immutable mappings' entries
+// (fixedCopies), then one round trip of plain GETs, no script. Such a read
+// takes no lease, and an entry changes only inside the commit that changes
+// it (one script), so a cached entry is the latest committed value
+// whatever leases its key has. vals[i] is nil for a miss, which goes
+// through readScript (the I lease of its fill).
 func (s *Service) peek(ctx context.Context, refs []ref) ([]json.RawMessage, error) {
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(refs))
-	for i, r := range refs {
-		cmds[i] = pipe.Get(ctx, s.keys.Entry(r.part, r.key))
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
 	vals := make([]json.RawMessage, len(refs))
-	return vals, s.hits(cmds, vals)
+	pipe := s.rdb.Pipeline()
+	gets := s.getPeeks(ctx, pipe, refs, vals)
+	if len(gets.cmds) > 0 {
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	return vals, s.peeked(gets, refs, vals)
 }
 
-// hits sets vals[i] to the entry cmds[i] read (nil for none).
-func (s *Service) hits(cmds []*redis.StringCmd, vals []json.RawMessage) error {
-	for i, c := range cmds {
+// peekGets are the GETs of the peeks no kept copy served, and when they
+// were queued.
+type peekGets struct {
+	at   []int // their indexes in the peeks
+	cmds []*redis.StringCmd
+	sent time.Time
+}
+
+// getPeeks serves refs from the kept copies into vals, and queues on pipe
+// a GET of each of the others' entries.
+func (s *Service) getPeeks(ctx context.Context, pipe redis.Pipeliner, refs []ref, vals []json.RawMessage) peekGets {
+	g := peekGets{sent: time.Now()}
+	for i, r := range refs {
+		if v, ok := s.fixed.get(r); ok {
+			s.m.Reads.WithLabelValues("near").Inc()
+			vals[i] = v
+			continue
+		}
+		g.at = append(g.at, i)
+		g.cmds = append(g.cmds, pipe.Get(ctx, s.keys.Entry(r.part, r.key)))
+	}
+	return g
+}
+
+// peeked sets vals to the entries g read (nil for none), keeping the
+// immutable mappings' ones.
+func (s *Service) peeked(g peekGets, refs []ref, vals []json.RawMessage) error {
+	for k, c := range g.cmds {
 		v, err := c.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
@@ -72,7 +97,9 @@ func (s *Service) hits(cmds []*redis.StringCmd, vals []json.RawMessage) error {
 			return fmt.Errorf("session: read: %w", err)
 		default:
 			s.m.Reads.WithLabelValues("hit").Inc()
+			i := g.at[k]
 			vals[i] = json.RawMessage(v)
+			s.fixed.put(refs[i], vals[i], g.sent)
 		}
 	}
 	return nil

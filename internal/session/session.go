@@ -76,6 +76,9 @@ type Config struct {
 	// InSync, when set, tracks the in-sync replicas a commit waits for
 	// (rscript.InSync).
 	InSync *rscript.InSync
+	// FixedBytes bounds the entries of immutable mappings kept in process
+	// (writeback.immutableCache); 0 keeps none.
+	FixedBytes int64
 }
 
 // Service serves sessions.
@@ -93,6 +96,7 @@ type Service struct {
 	valid  checked // statements CheckDML accepted
 	gone   forgets // records of committed sessions to delete
 	known  knownSessions
+	fixed  *fixedCopies // entries of immutable mappings read outside sessions
 	// cluster: Redis Cluster, where a session's record and its queue's
 	// partition are in different slots, so no script reads both.
 	cluster bool
@@ -117,7 +121,7 @@ func New(rdb redis.UniversalClient, cfg Config, fams map[string]*Family, maps *m
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
 	return &Service{rdb: rdb, keys: NewKeys(cfg.Prefix, cfg.Partitions), cfg: cfg, fams: fams, maps: maps,
-		leases: lease.NewClient(rdb), m: m, base: base, log: log, cluster: cluster}
+		leases: lease.NewClient(rdb), m: m, base: base, log: log, cluster: cluster, fixed: newFixedCopies(cfg.FixedBytes)}
 }
 
 // Keys is the service's Redis layout.
@@ -165,6 +169,7 @@ type ref struct {
 	queue   string // "" when the value depends on no queue
 	mapping mappings.Mapping
 	params  mappings.Params
+	fixed   bool // the mapping's entries are immutable (fixedCopies)
 }
 
 // checkKey refuses keys that cannot name a cache entry.
@@ -195,7 +200,7 @@ func (s *Service) resolve(key string) (ref, error) {
 	if !ok {
 		return ref{}, ErrNoMapping
 	}
-	r := ref{key: key, mapping: m, params: p, queue: m.Queue(p)}
+	r := ref{key: key, mapping: m, params: p, queue: m.Queue(p), fixed: mappings.Immutable(m)}
 	if r.queue != "" {
 		r.part = s.keys.Partition(r.queue)
 	} else {

@@ -44,10 +44,15 @@ func (fakeStore) Ping(context.Context) error                                    
 // kv is a mapping plugin for tests: keys "<prefix>:<q>:<name>" of queue
 // "f/<q>", values from load.
 type kv struct {
-	Prefix string `yaml:"prefix"`
+	Prefix string        `yaml:"prefix"`
+	Fixed  bool          `yaml:"immutable"`
+	Life   time.Duration `yaml:"ttl"`
 	load   func(name string) (json.RawMessage, error)
 	pat    *mappings.Pattern
 }
+
+func (m *kv) Immutable() bool    { return m.Fixed }
+func (m *kv) TTL() time.Duration { return m.Life }
 
 func (m *kv) Provision(mappings.Context) (err error) {
 	m.pat, err = mappings.ParsePattern(m.Prefix + ":{q}:{name}")
@@ -95,7 +100,8 @@ func newWorld(t *testing.T, tune ...func(*Config)) *world {
 	reg.Register(mappings.Module{ID: "kv", New: func() mappings.Mapping {
 		return &kv{load: func(n string) (json.RawMessage, error) { return (*w.load.Load())(n) }}
 	}})
-	set, err := reg.Load(mappings.Context{Context: context.Background()}, []map[string]any{{"plugin": "kv", "prefix": "k"}})
+	set, err := reg.Load(mappings.Context{Context: context.Background()}, []map[string]any{
+		{"plugin": "kv", "prefix": "k"}, {"plugin": "kv", "prefix": "fix", "immutable": true, "ttl": "400ms"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +238,8 @@ func TestPlanValidation(t *testing.T) {
 		{"twice", CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Delete: true}, {Key: "k:1:a", Delete: true}}}, "changed twice"},
 		{"bad patch", CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Patch: json.RawMessage(`{"$mul":{"a":1}}`)}}}, "unknown operator"},
 		{"control character", CommitRequest{Queue: "f/1", Affects: []string{"k:1:\x01"}}, "control character"},
+		{"immutable set", CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "fix:1:a", Set: json.RawMessage(`1`)}}}, `"fix:1:a" is an entry of an immutable mapping`},
+		{"immutable affected", CommitRequest{Queue: "f/1", Affects: []string{"fix:1:a"}}, "immutable mapping"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,9 @@ type Mapping struct {
 	Many    bool          `yaml:"many"`  // false: the single row as an object; true: all rows as an array
 	QueueOf string        `yaml:"queue"` // optional queue pattern over the key's placeholders, e.g. "bank/{id}"
 	Life    time.Duration `yaml:"ttl"`   // lifetime of the cache entries (default 1h)
+	// Fixed declares the entries immutable (mappings.Fixed): no session
+	// changes the columns the query reads.
+	Fixed bool `yaml:"immutable"`
 
 	key   *mappings.Pattern
 	queue *mappings.Pattern
@@ -148,6 +151,9 @@ func (m *Mapping) Load(ctx context.Context, p mappings.Params) (json.RawMessage,
 // TTL is the entries' lifetime.
 func (m *Mapping) TTL() time.Duration { return m.Life }
 
+// Immutable reports the immutable setting.
+func (m *Mapping) Immutable() bool { return m.Fixed }
+
 func contains(list []string, s string) bool {
 	for _, e := range list {
 		if e == s {
@@ -163,4 +169,5 @@ var (
 	_ mappings.Provisioner = (*Mapping)(nil)
 	_ mappings.Validator   = (*Mapping)(nil)
 	_ mappings.TTLer       = (*Mapping)(nil)
+	_ mappings.Fixed       = (*Mapping)(nil)
 )

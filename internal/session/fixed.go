@@ -1,0 +1,67 @@
+package session
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+
+	"github.com/writeback/writeback/mappings"
+)
+
+// fixedCopies keeps in this process the entries of immutable mappings
+// (mappings.Immutable) that reads outside a session found, each until its
+// mapping's TTL from when it was read, within a byte budget. No session
+// changes such an entry (plan refuses commits that name one), so a copy is
+// the latest committed value for as long as it is kept: a read outside a
+// session (peek) is served from it with no round trip, as the KOSAR near
+// cache serves a key under a read lease no write can revoke. A nil
+// *fixedCopies keeps nothing.
+type fixedCopies struct {
+	c *otter.Cache[string, fixedCopy]
+}
+
+// fixedCopy is a kept entry and when it stops being served.
+type fixedCopy struct {
+	val   json.RawMessage
+	until time.Time
+}
+
+// newFixedCopies returns copies within maxBytes; nil when maxBytes is 0.
+func newFixedCopies(maxBytes int64) *fixedCopies {
+	if maxBytes <= 0 {
+		return nil
+	}
+	return &fixedCopies{c: otter.Must(&otter.Options[string, fixedCopy]{
+		MaximumWeight: uint64(maxBytes),
+		Weigher: func(k string, c fixedCopy) uint32 {
+			return uint32(min(96+len(k)+len(c.val), 1<<31))
+		},
+	})}
+}
+
+// get returns the copy of r's entry, if r's mapping is immutable and one
+// is kept and still served. The caller must not change it.
+func (f *fixedCopies) get(r ref) (json.RawMessage, bool) {
+	if f == nil || !r.fixed {
+		return nil, false
+	}
+	c, ok := f.c.GetIfPresent(r.key)
+	if !ok {
+		return nil, false
+	}
+	if time.Now().After(c.until) {
+		f.c.Invalidate(r.key)
+		return nil, false
+	}
+	return c.val, true
+}
+
+// put keeps val, r's entry as read at read, if r's mapping is immutable.
+// An absent entry (nil) is not kept: a row may appear.
+func (f *fixedCopies) put(r ref, val json.RawMessage, read time.Time) {
+	if f == nil || !r.fixed || val == nil {
+		return
+	}
+	f.c.Set(r.key, fixedCopy{val: val, until: read.Add(mappings.TTL(r.mapping))})
+}
