@@ -40,6 +40,7 @@ type options struct {
 	sweepDuration  time.Duration
 	batchSize      int           // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
 	nearCache      bool          // the sidecars run with writeback.nearCache on
+	share          bool          // the sidecars run with redis.shareRoundTrips on
 	nearLease      time.Duration // their collection's nearCache.leaseTTL; 0: the default
 	nearHot        time.Duration // their collection's nearCache.hotWindow; negative: the default
 	table          string
@@ -84,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
 	fs.BoolVar(&o.nearCache, "near-cache", true, "the sidecars (write-* policies) run with their near cache on (writeback.nearCache, on by default; the collection's nearCache defaults); --near-cache=false turns it off")
+	fs.BoolVar(&o.share, "share-round-trips", true, "the sidecars' redis.shareRoundTrips: concurrent requests share Redis round trips (false: each goes alone, to compare)")
 	fs.DurationVar(&o.nearLease, "near-lease", 0, "with --near-cache: the collection's nearCache.leaseTTL (0: the default, 2s)")
 	fs.DurationVar(&o.nearHot, "near-hot", -1, "with --near-cache: the collection's nearCache.hotWindow (negative: the default, 2s)")
 	fs.StringVar(&o.table, "table", "ycsb_usertable", "table (MongoDB: collection) the runs load; also the sidecar's collection")

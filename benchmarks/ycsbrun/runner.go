@@ -250,6 +250,7 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 			if batch > 0 {
 				c.Writeback.BatchSize = batch
 			}
+			c.Redis.ShareRoundTrips = o.share
 			c.Writeback.NearCache = config.NearCacheOff
 			if o.nearCache {
 				c.Writeback.NearCache = config.NearCacheOn

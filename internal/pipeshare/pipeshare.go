@@ -10,7 +10,8 @@
 // but the time it waits. What cannot share a connection's round goes alone:
 // transactions (MULTI … EXEC), WAIT and every blocking or connection-state
 // command, which would hold the round or change the connection for the
-// others. A caller whose context is done before it joins a round sends
+// others; so do a redis.Conn's commands (OnConnect's), which must run on
+// that connection. A caller whose context is done before it joins a round sends
 // nothing; once it has joined, it waits for the round's answer (bounded by
 // the connection's timeouts), as a caller waits for a reply it has sent.
 package pipeshare
@@ -18,6 +19,7 @@ package pipeshare
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +52,14 @@ type Hook struct {
 	rounds  int // rounds running or about to
 
 	calls, sent prometheus.Counter // calls sent in shared rounds, and those rounds
+
+	// installing is true while Share adds the hook: the chains go-redis
+	// builds then are the client's own, and share. Any chain it builds
+	// later from the same hooks passes every command through: go-redis
+	// v9.7 gives a redis.Conn (OnConnect's) no hooks, and should a later
+	// version hand it the client's, its commands must still run on that
+	// connection (TestConnectionsOwnCommandsGoAlone).
+	installing atomic.Bool
 }
 
 // call is one caller's commands waiting for their round.
@@ -69,7 +79,9 @@ type call struct {
 // round would bypass.
 func Share(c *redis.Client, calls, rounds prometheus.Counter) *Hook {
 	h := &Hook{c: c, calls: calls, sent: rounds}
+	h.installing.Store(true)
 	c.AddHook(h)
+	h.installing.Store(false)
 	return h
 }
 
@@ -80,6 +92,9 @@ func (h *Hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook sends a single command in a shared round.
 func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	if !h.installing.Load() {
+		return next
+	}
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if ctx.Value(roundKey{}) != nil || !shareable(cmd) {
 			return next(ctx, cmd)
@@ -92,6 +107,9 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook sends a pipeline in a shared round. go-redis runs
 // transactions through the same hook: they go alone.
 func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	if !h.installing.Load() {
+		return next
+	}
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if ctx.Value(roundKey{}) != nil || len(cmds) > maxCommands || !allShareable(cmds) {
 			return next(ctx, cmds)

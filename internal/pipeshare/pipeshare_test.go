@@ -236,3 +236,31 @@ func TestNoConnectionFailsEveryCaller(t *testing.T) {
 		t.Error("no call went in a shared round")
 	}
 }
+
+// A connection's own commands (OnConnect's, on the redis.Conn being set
+// up) run on that connection, not in a shared round — which, with every
+// connection of the pool taken by the one being set up, could never run.
+func TestConnectionsOwnCommandsGoAlone(t *testing.T) {
+	var infos atomic.Int32
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), MaxRetries: -1, PoolSize: 1, PoolTimeout: 2 * time.Second,
+		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+			if err := cn.Info(ctx, "server").Err(); err != nil {
+				return err
+			}
+			infos.Add(1)
+			return nil
+		}})
+	defer c.Close()
+	h := counts{prometheus.NewCounter(prometheus.CounterOpts{Name: "calls"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "rounds"})}
+	Share(c, h.calls, h.rounds)
+	// WAIT goes alone: the connection it dials is set up outside any round.
+	if err := c.Do(context.Background(), "WAIT", 0, 0).Err(); err != nil {
+		t.Fatalf("WAIT through the pool's one connection answered %v", err)
+	}
+	if infos.Load() != 1 {
+		t.Errorf("OnConnect ran %d times", infos.Load())
+	}
+	if calls, _ := h.read(); calls != 0 {
+		t.Errorf("%d calls went in shared rounds, want none (not OnConnect's INFO)", calls)
+	}
+}

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -41,7 +42,8 @@ func newFixedCopies(maxBytes int64) *fixedCopies {
 }
 
 // get returns the copy of r's entry, if r's mapping is immutable and one
-// is kept and still served. The caller must not change it.
+// is kept and still served: bytes of the caller's own, as a read from Redis
+// returns (an embedded application may change what it is given).
 func (f *fixedCopies) get(r ref) (json.RawMessage, bool) {
 	if f == nil || !r.fixed {
 		return nil, false
@@ -54,14 +56,15 @@ func (f *fixedCopies) get(r ref) (json.RawMessage, bool) {
 		f.c.Invalidate(r.key)
 		return nil, false
 	}
-	return c.val, true
+	return bytes.Clone(c.val), true
 }
 
-// put keeps val, r's entry as read at read, if r's mapping is immutable.
-// An absent entry (nil) is not kept: a row may appear.
+// put keeps a copy of val, r's entry as read at read, if r's mapping is
+// immutable (the caller keeps val). An absent entry (nil) is not kept: a
+// row may appear.
 func (f *fixedCopies) put(r ref, val json.RawMessage, read time.Time) {
 	if f == nil || !r.fixed || val == nil {
 		return
 	}
-	f.c.Set(r.key, fixedCopy{val: val, until: read.Add(mappings.TTL(r.mapping))})
+	f.c.Set(r.key, fixedCopy{val: bytes.Clone(val), until: read.Add(mappings.TTL(r.mapping))})
 }

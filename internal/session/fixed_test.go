@@ -94,3 +94,17 @@ func TestImmutableLeasedReadGoesToRedis(t *testing.T) {
 		t.Error("a leased read kept a copy")
 	}
 }
+
+// A caller that changes the bytes a kept entry was served as does not
+// change what the next caller is served.
+func TestImmutableCopyIsTheCallers(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, func(c *Config) { c.FixedBytes = 1 << 20 })
+	for i := 0; i < 3; i++ {
+		_, vals, err := w.svc.ReadAll(ctx, "", Reads{Peek: []string{"fix:none:b"}})
+		if err != nil || string(vals[0]) != `{"v":0}` {
+			t.Fatalf("peek %d: %s, %v", i, vals, err)
+		}
+		copy(vals[0], "XXXXXXX")
+	}
+}
