@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/writeback/writeback/internal/groupcommit"
 	"github.com/writeback/writeback/internal/rscript"
 )
 
@@ -52,7 +53,7 @@ type Buffer struct {
 	// read leases (near.go).
 	Instance string
 
-	comb combiner
+	comb *groupcommit.Group[WriteRequest, written] // the rounds Combine shares (combine.go)
 	// seen holds, per partition, the highest seq this process knows was
 	// given out or applied: its own writes' seqs and the floors of its last
 	// rollback check. A write refuses to take a seq from a sequence below
@@ -94,7 +95,9 @@ func (b *Buffer) saw(part int, seq int64) {
 // New returns a Buffer over rdb whose keys start with prefix and whose
 // pending index has partitions partitions.
 func New(rdb redis.UniversalClient, prefix string, partitions int, leaseLifetime time.Duration) *Buffer {
-	return &Buffer{rdb: rdb, prefix: prefix, parts: partitions, lease: leaseLifetime, seen: make([]atomic.Int64, partitions)}
+	b := &Buffer{rdb: rdb, prefix: prefix, parts: partitions, lease: leaseLifetime, seen: make([]atomic.Int64, partitions)}
+	b.comb = groupcommit.New(maxRounds, maxCombined, combineTimeout, b.round)
+	return b
 }
 
 // Partitions is α, the number of partitions.

@@ -49,9 +49,7 @@ func TestCombinedWrites(t *testing.T) {
 	// round that found its calls taken by another); a slot leaked would
 	// stop combining for good. The last round may still be finishing.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		b.comb.mu.Lock()
-		rounds, waiting := b.comb.rounds, len(b.comb.waiting)
-		b.comb.mu.Unlock()
+		rounds, waiting := b.comb.Pending()
 		if rounds == 0 && waiting == 0 {
 			break
 		}

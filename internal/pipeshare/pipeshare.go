@@ -18,20 +18,18 @@ package pipeshare
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/writeback/writeback/internal/gopool"
+	"github.com/writeback/writeback/internal/groupcommit"
 )
 
 // maxRounds bounds the rounds in flight at once: a caller that finds fewer
 // goes at once, and the callers that arrive meanwhile wait for a round to
-// end and share the next. Two hide one round's trip behind the other's;
-// Redis runs them one after the other either way.
+// end and share the next (groupcommit says why two).
 const maxRounds = 2
 
 // maxCommands bounds the commands of one shared round (a larger call goes
@@ -45,11 +43,8 @@ const roundTimeout = 10 * time.Second
 
 // Hook is the go-redis hook; Share installs one.
 type Hook struct {
-	c *redis.Client
-
-	mu      sync.Mutex
-	waiting []*call
-	rounds  int // rounds running or about to
+	c     *redis.Client
+	group *groupcommit.Group[redis.Cmder, struct{}] // runs the shared rounds
 
 	calls, sent prometheus.Counter // calls sent in shared rounds, and those rounds
 
@@ -60,12 +55,6 @@ type Hook struct {
 	// version hand it the client's, its commands must still run on that
 	// connection (TestConnectionsOwnCommandsGoAlone).
 	installing atomic.Bool
-}
-
-// call is one caller's commands waiting for their round.
-type call struct {
-	cmds []redis.Cmder
-	done chan struct{}
 }
 
 // Share installs a Hook on c: from then on, c's commands and pipelines
@@ -79,6 +68,7 @@ type call struct {
 // round would bypass.
 func Share(c *redis.Client, calls, rounds prometheus.Counter) *Hook {
 	h := &Hook{c: c, calls: calls, sent: rounds}
+	h.group = groupcommit.New(maxRounds, maxCommands, roundTimeout, h.round)
 	h.installing.Store(true)
 	c.AddHook(h)
 	h.installing.Store(false)
@@ -128,69 +118,27 @@ func (h *Hook) run(ctx context.Context, cmds []redis.Cmder) {
 		}
 		return
 	}
-	c := &call{cmds: cmds, done: make(chan struct{})}
-	h.mu.Lock()
-	h.waiting = append(h.waiting, c)
-	lead := h.rounds < maxRounds
-	if lead {
-		h.rounds++
-	}
-	h.mu.Unlock()
-	if lead {
-		h.round(context.WithoutCancel(ctx))
-	}
-	<-c.done
+	h.group.Do(ctx, cmds)
 }
 
-// round sends the waiting calls (up to maxCommands) as one pipeline and
-// hands each its replies; while calls are still waiting, a new goroutine
-// runs the next round, so that no caller's answer waits for rounds after
-// its own. A round may find no call waiting (another took them); it ends
-// at once.
-func (h *Hook) round(ctx context.Context) {
-	h.mu.Lock()
-	var calls []*call
-	n := 0
-	for len(h.waiting) > 0 && (n == 0 || n+len(h.waiting[0].cmds) <= maxCommands) {
-		c := h.waiting[0]
-		h.waiting[0] = nil
-		h.waiting = h.waiting[1:]
-		calls = append(calls, c)
-		n += len(c.cmds)
+// round sends the commands of a round's calls as one pipeline, which
+// roundKey passes through the hook.
+func (h *Hook) round(ctx context.Context, cmds []redis.Cmder, calls int) []struct{} {
+	pipe := h.c.Pipeline()
+	ctx = context.WithValue(ctx, roundKey{}, true)
+	for _, cmd := range cmds {
+		_ = pipe.Process(ctx, cmd)
 	}
-	h.mu.Unlock()
-	if len(calls) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithValue(ctx, roundKey{}, true), roundTimeout)
-		pipe := h.c.Pipeline()
-		for _, c := range calls {
-			for _, cmd := range c.cmds {
-				_ = pipe.Process(rctx, cmd)
-			}
-		}
-		cmds, err := pipe.Exec(rctx)
-		cancel()
-		if err != nil && firstErr(cmds) == nil {
-			// No connection: go-redis returns the error without setting
-			// it on the commands, none of which was sent.
-			for _, cmd := range cmds {
-				cmd.SetErr(err)
-			}
-		}
-		h.calls.Add(float64(len(calls)))
-		h.sent.Inc()
-		for _, c := range calls {
-			close(c.done)
+	if _, err := pipe.Exec(ctx); err != nil && firstErr(cmds) == nil {
+		// No connection: go-redis returns the error without setting it
+		// on the commands, none of which was sent.
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
 		}
 	}
-	h.mu.Lock()
-	more := len(h.waiting) > 0
-	if !more {
-		h.rounds--
-	}
-	h.mu.Unlock()
-	if more {
-		gopool.Go(func() { h.round(ctx) })
-	}
+	h.calls.Add(float64(calls))
+	h.sent.Inc()
+	return make([]struct{}, len(cmds))
 }
 
 // firstErr is the error of the first command that failed, as
