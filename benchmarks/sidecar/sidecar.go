@@ -139,7 +139,10 @@ collections:
 		s.done <- s.srv.Run(runCtx)
 		close(s.done)
 	}()
-	s.Client = client.New(s.srv.Addr())
+	// The application keeps immutable entries as the sidecar does, in the
+	// same budget: an HTTP application's client is as near as the data
+	// gets to it (client.WithImmutableCache).
+	s.Client = client.New(s.srv.Addr(), client.WithImmutableCache(int64(cfg.Writeback.ImmutableCache)))
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {

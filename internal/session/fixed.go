@@ -68,3 +68,18 @@ func (f *fixedCopies) put(r ref, val json.RawMessage, read time.Time) {
 	}
 	f.c.Set(r.key, fixedCopy{val: bytes.Clone(val), until: read.Add(mappings.TTL(r.mapping))})
 }
+
+// KeptUntil reports whether this process keeps a copy of key's entry (an
+// immutable mapping's, read outside a session), and until when it serves
+// it: a client that read the entry here may keep its own copy as long
+// (the multi-read's "keep").
+func (s *Service) KeptUntil(key string) (time.Time, bool) {
+	if s.fixed == nil {
+		return time.Time{}, false
+	}
+	c, ok := s.fixed.c.GetIfPresent(key)
+	if !ok || !time.Now().Before(c.until) {
+		return time.Time{}, false
+	}
+	return c.until, true
+}

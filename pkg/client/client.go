@@ -1,7 +1,8 @@
 // Package client is a Go client for the writeback sidecar's HTTP API
 // (documents, flush, status and probes). It speaks JSON over net/http and
 // shares its body types (types.go) with the server. It holds no state beyond
-// the connection pool, so one Client serves any number of goroutines.
+// the connection pool and, when asked, copies of immutable entries
+// (WithImmutableCache), so one Client serves any number of goroutines.
 package client
 
 import (
@@ -24,6 +25,7 @@ type Client struct {
 	base  string // scheme://host[:port][/prefix], no trailing slash
 	token string
 	http  *http.Client
+	kept  *keptCopies // immutable entries kept (WithImmutableCache); nil: none
 }
 
 // Option configures a Client.

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -125,8 +126,49 @@ func (c *Client) BeginCacheMany(ctx context.Context, keys []string, forUpdate bo
 // "" none; "new" begins one, whose id the result carries) and r.Peek
 // without leases. Values[i] is r.Keys[i]'s value and Peeked[j]
 // r.Peek[j]'s, nil when it has none. An unmapped key refuses the whole
-// request.
+// request. With WithImmutableCache, what the client's kept copies hold is
+// served from them and only the rest is asked for; nothing is, when they
+// hold it all and there is no session to begin.
 func (c *Client) ReadCache(ctx context.Context, session string, r Reads) (CacheManyResult, error) {
+	if c.kept == nil {
+		return c.readCache(ctx, session, r)
+	}
+	sent := time.Now()
+	rest, vals, peeked, keyAt, peekAt := c.kept.fromKept(session, r)
+	if len(rest.Keys)+len(rest.Peek) == 0 {
+		if session == "" {
+			return CacheManyResult{Values: vals, Peeked: peeked}, nil
+		}
+		rest, keyAt, peekAt = r, nil, nil // a session to begin: ask for it all
+	}
+	res, err := c.readCache(ctx, session, rest)
+	if err != nil {
+		return CacheManyResult{}, err
+	}
+	if keyAt == nil && peekAt == nil {
+		return res, nil
+	}
+	for i, at := range keyAt {
+		vals[at] = res.Values[i]
+	}
+	for i, at := range peekAt {
+		peeked[at] = res.Peeked[i]
+	}
+	for _, read := range []struct {
+		keys []string
+		vals []json.RawMessage
+	}{{rest.Keys, res.Values}, {rest.Peek, res.Peeked}} {
+		for i, key := range read.keys {
+			if ms := res.Keep[key]; ms > 0 && i < len(read.vals) {
+				c.kept.put(key, read.vals[i], sent.Add(time.Duration(ms)*time.Millisecond))
+			}
+		}
+	}
+	return CacheManyResult{Session: res.Session, Values: vals, Peeked: peeked, Keep: res.Keep}, nil
+}
+
+// readCache sends r.
+func (c *Client) readCache(ctx context.Context, session string, r Reads) (CacheManyResult, error) {
 	q := url.Values{}
 	for _, k := range r.Keys {
 		q.Add("key", k)
@@ -143,6 +185,9 @@ func (c *Client) ReadCache(ctx context.Context, session string, r Reads) (CacheM
 	var res CacheManyResult
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/cache?"+q.Encode(), nil, &res); err != nil {
 		return CacheManyResult{}, err
+	}
+	if len(res.Values) != len(r.Keys) || len(res.Peeked) != len(r.Peek) {
+		return CacheManyResult{}, fmt.Errorf("client: GET /v1/cache: %d values and %d peeked for %d keys and %d peeks", len(res.Values), len(res.Peeked), len(r.Keys), len(r.Peek))
 	}
 	for _, vals := range [][]json.RawMessage{res.Values, res.Peeked} {
 		for i, v := range vals {

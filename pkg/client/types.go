@@ -96,6 +96,11 @@ type CacheManyResult struct {
 	Session string            `json:"session,omitempty"`
 	Values  []json.RawMessage `json:"values"`
 	Peeked  []json.RawMessage `json:"peeked,omitempty"`
+	// Keep names the values read outside a session (peeks, and keys with
+	// no session) that the sidecar serves from the copy it keeps of an
+	// immutable mapping's entry, with the milliseconds for which it still
+	// will: a client may serve its own copy as long (WithImmutableCache).
+	Keep map[string]int64 `json:"keep,omitempty"`
 }
 
 // Reads is one multi-read (ReadCache): Keys in the session, under its S
