@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,14 +247,12 @@ func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		var req session.CommitRequest
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		req, err := session.DecodeCommit(body)
+		switch {
+		case errors.Is(err, session.ErrTrailing):
+			return apiError(http.StatusBadRequest, "invalid_argument", err.Error())
+		case err != nil:
 			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body is not valid: "+document.OneLine(err.Error())+`; send {"queue":…,"statements":[{"sql":…,"args":[…]}],"cache":[…],"affects":[…]}`)
-		}
-		if dec.More() {
-			return apiError(http.StatusBadRequest, "invalid_argument", "the commit body holds more than one JSON value")
 		}
 		res, err := sh.s.Service.Commit(r.Context(), id, req)
 		var ne *session.NotAppliedError

@@ -231,8 +231,12 @@ func (c *Client) ValidateSession(ctx context.Context, session string) error {
 // CommitSession commits a session; once it returns, the session is
 // durable in Redis and will be applied to the store in its queue's order.
 func (c *Client) CommitSession(ctx context.Context, session string, commit Commit) (CommitResult, error) {
+	body, err := encodeCommit(commit)
+	if err != nil {
+		return CommitResult{}, err
+	}
 	var res CommitResult
-	err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/commit", commit, &res)
+	err = c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/commit", body, &res)
 	return res, err
 }
 
