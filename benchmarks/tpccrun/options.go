@@ -53,7 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	cache := fs.String("cache", "warm", "the sidecar's cache when a run starts: warm (every warehouse, district, customer, customers-by-last-name, item and stock entry read first, as the load leaves the database's buffer pool warm) or cold (empty)")
 	fs.BoolVar(&o.share, "share-round-trips", true, "the sidecar's redis.shareRoundTrips: concurrent requests share Redis round trips (false: each goes alone, to compare)")
 	o.immutable = config.Default().Writeback.ImmutableCache
-	fs.TextVar(&o.immutable, "immutable-cache", o.immutable, "the sidecar's writeback.immutableCache: bytes of the immutable mappings' entries kept in process (0: none, to compare)")
+	fs.TextVar(&o.immutable, "immutable-cache", o.immutable, "the sidecar's writeback.immutableCache, and the write-back policy's HTTP client's client.WithImmutableCache: bytes of the immutable mappings' entries kept in process (0: none, to compare)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each policy's measured run (this process: the terminals and, in-process, the sidecar and its appliers) to this file, with the policy before its extension (cpu.pprof: cpu-write-back.pprof)")
 	if err := bench.Parse(fs, args); err != nil {
 		return nil, err
