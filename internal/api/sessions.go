@@ -181,11 +181,11 @@ func (sh *sessionHandler) readMany(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// writeCacheMany answers 200 with res as writeJSON would write it, but
+// writeCacheMany answers 200 with res, the JSON writeJSON would write but
 // with the values as they are: the session service's entries are compact
 // JSON already (a commit's sets and a fill's rows are compacted before
-// they are cached), and validating and compacting them again was most of
-// a multi-read's encoding time.
+// they are cached), and validating and compacting them again (and
+// escaping their <, > and &) was most of a multi-read's encoding time.
 func writeCacheMany(w http.ResponseWriter, res client.CacheManyResult) {
 	n := 64 + len(res.Session)
 	for _, vals := range [][]json.RawMessage{res.Values, res.Peeked} {

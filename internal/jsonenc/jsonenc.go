@@ -107,3 +107,18 @@ func Value(b []byte, v any) ([]byte, error) {
 	}
 	return append(b, q...), nil
 }
+
+// Array appends a JSON array of n items, item appending the i-th.
+func Array(b []byte, n int, item func(b []byte, i int) ([]byte, error)) ([]byte, error) {
+	b = append(b, '[')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = item(b, i); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}

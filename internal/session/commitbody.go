@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-
-	"github.com/writeback/writeback/internal/store"
 )
 
 // DecodeCommit decodes the body of POST /v1/sessions/{id}/commit strictly:
@@ -58,21 +56,7 @@ func fastCommit(s string, req *CommitRequest) bool {
 	if field("queue") && !p.str(&req.Queue) {
 		return false
 	}
-	if field("statements") && !(p.lit("[") && p.list(func() bool {
-		var st store.Statement
-		if !p.lit(`{"sql":`) || !p.str(&st.SQL) {
-			return false
-		}
-		if p.lit(`,"args":[`) && !p.list(func() bool {
-			v, ok := p.value()
-			st.Args = append(st.Args, json.RawMessage(v))
-			return ok
-		}) {
-			return false
-		}
-		req.Statements = append(req.Statements, st)
-		return p.lit("}")
-	})) {
+	if field("statements") && !(p.lit("[") && p.statements(&req.Statements)) {
 		return false
 	}
 	if field("cache") && !(p.lit("[") && p.list(func() bool {

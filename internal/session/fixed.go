@@ -1,12 +1,10 @@
 package session
 
 import (
-	"bytes"
 	"encoding/json"
 	"time"
 
-	"github.com/maypok86/otter/v2"
-
+	"github.com/writeback/writeback/internal/kept"
 	"github.com/writeback/writeback/mappings"
 )
 
@@ -19,26 +17,16 @@ import (
 // cache serves a key under a read lease no write can revoke. A nil
 // *fixedCopies keeps nothing.
 type fixedCopies struct {
-	c *otter.Cache[string, fixedCopy]
-}
-
-// fixedCopy is a kept entry and when it stops being served.
-type fixedCopy struct {
-	val   json.RawMessage
-	until time.Time
+	c *kept.Copies
 }
 
 // newFixedCopies returns copies within maxBytes; nil when maxBytes is 0.
 func newFixedCopies(maxBytes int64) *fixedCopies {
-	if maxBytes <= 0 {
+	c := kept.New(maxBytes)
+	if c == nil {
 		return nil
 	}
-	return &fixedCopies{c: otter.Must(&otter.Options[string, fixedCopy]{
-		MaximumWeight: uint64(maxBytes),
-		Weigher: func(k string, c fixedCopy) uint32 {
-			return uint32(min(96+len(k)+len(c.val), 1<<31))
-		},
-	})}
+	return &fixedCopies{c: c}
 }
 
 // get returns the copy of r's entry, if r's mapping is immutable and one
@@ -48,25 +36,17 @@ func (f *fixedCopies) get(r ref) (json.RawMessage, bool) {
 	if f == nil || !r.fixed {
 		return nil, false
 	}
-	c, ok := f.c.GetIfPresent(r.key)
-	if !ok {
-		return nil, false
-	}
-	if time.Now().After(c.until) {
-		f.c.Invalidate(r.key)
-		return nil, false
-	}
-	return bytes.Clone(c.val), true
+	return f.c.Get(r.key)
 }
 
 // put keeps a copy of val, r's entry as read at read, if r's mapping is
-// immutable (the caller keeps val). An absent entry (nil) is not kept: a
-// row may appear.
+// immutable, until the mapping's TTL from then. An absent entry (nil) is
+// not kept: a row may appear.
 func (f *fixedCopies) put(r ref, val json.RawMessage, read time.Time) {
-	if f == nil || !r.fixed || val == nil {
+	if f == nil || !r.fixed {
 		return
 	}
-	f.c.Set(r.key, fixedCopy{val: bytes.Clone(val), until: read.Add(mappings.TTL(r.mapping))})
+	f.c.Put(r.key, val, read.Add(mappings.TTL(r.mapping)))
 }
 
 // KeptUntil reports whether this process keeps a copy of key's entry (an
@@ -77,9 +57,5 @@ func (s *Service) KeptUntil(key string) (time.Time, bool) {
 	if s.fixed == nil {
 		return time.Time{}, false
 	}
-	c, ok := s.fixed.c.GetIfPresent(key)
-	if !ok || !time.Now().Before(c.until) {
-		return time.Time{}, false
-	}
-	return c.until, true
+	return s.fixed.c.Until(key)
 }

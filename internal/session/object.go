@@ -37,21 +37,7 @@ func fastObject(s string, o *Object) bool {
 	if !p.lit(`{"id":`) || !p.str(&o.ID) || !p.lit(`,"queue":`) || !p.str(&o.Queue) || !p.lit(`,"at":`) || !p.int(&o.At) {
 		return false
 	}
-	if p.lit(`,"statements":[`) && !p.list(func() bool {
-		var st store.Statement
-		if !p.lit(`{"sql":`) || !p.str(&st.SQL) {
-			return false
-		}
-		if p.lit(`,"args":[`) && !p.list(func() bool {
-			v, ok := p.value()
-			st.Args = append(st.Args, json.RawMessage(v))
-			return ok
-		}) {
-			return false
-		}
-		o.Statements = append(o.Statements, st)
-		return p.lit(`}`)
-	}) {
+	if p.lit(`,"statements":[`) && !p.statements(&o.Statements) {
 		return false
 	}
 	if p.lit(`,"affects":[`) && !p.list(func() bool {
@@ -113,6 +99,27 @@ func (p *objParser) int(v *int64) bool {
 	}
 	*v, p.i = n, j
 	return true
+}
+
+// statements reads the statements of an array whose '[' was read, each
+// {"sql":…} with its "args" when it has any, as json.Marshal writes a
+// store.Statement with no empty args, through its ']'.
+func (p *objParser) statements(out *[]store.Statement) bool {
+	return p.list(func() bool {
+		var st store.Statement
+		if !p.lit(`{"sql":`) || !p.str(&st.SQL) {
+			return false
+		}
+		if p.lit(`,"args":[`) && !p.list(func() bool {
+			v, ok := p.value()
+			st.Args = append(st.Args, json.RawMessage(v))
+			return ok
+		}) {
+			return false
+		}
+		*out = append(*out, st)
+		return p.lit(`}`)
+	})
 }
 
 // list reads the items of an array whose '[' was read, each with item,

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/writeback/writeback/internal/kept"
 )
 
 // Client talks to one sidecar.
@@ -25,7 +27,7 @@ type Client struct {
 	base  string // scheme://host[:port][/prefix], no trailing slash
 	token string
 	http  *http.Client
-	kept  *keptCopies // immutable entries kept (WithImmutableCache); nil: none
+	kept  *kept.Copies // immutable entries kept (WithImmutableCache); nil: none
 }
 
 // Option configures a Client.

@@ -14,78 +14,64 @@ import (
 // to encoding/json.
 func appendCommit(b []byte, c Commit) ([]byte, error) {
 	b = append(b, '{')
-	sep := func(name string) {
+	field := func(name string) {
 		if b[len(b)-1] != '{' {
 			b = append(b, ',')
 		}
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, `":`...)
+		b = append(append(append(b, '"'), name...), `":`...)
 	}
 	var err error
 	if c.Queue != "" {
-		sep("queue")
+		field("queue")
 		b = jsonenc.String(b, c.Queue)
 	}
 	if len(c.Statements) > 0 {
-		sep("statements")
-		b = append(b, '[')
-		for i, st := range c.Statements {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		field("statements")
+		if b, err = jsonenc.Array(b, len(c.Statements), func(b []byte, i int) ([]byte, error) {
+			st := c.Statements[i]
 			b = jsonenc.String(append(b, `{"sql":`...), st.SQL)
 			if len(st.Args) > 0 {
-				b = append(b, `,"args":[`...)
-				for j, a := range st.Args {
-					if j > 0 {
-						b = append(b, ',')
-					}
-					if b, err = jsonenc.Value(b, a); err != nil {
-						return nil, err
-					}
+				var err error
+				if b, err = jsonenc.Array(append(b, `,"args":`...), len(st.Args), func(b []byte, j int) ([]byte, error) {
+					return jsonenc.Value(b, st.Args[j])
+				}); err != nil {
+					return nil, err
 				}
-				b = append(b, ']')
 			}
-			b = append(b, '}')
+			return append(b, '}'), nil
+		}); err != nil {
+			return nil, err
 		}
-		b = append(b, ']')
 	}
 	if len(c.Cache) > 0 {
-		sep("cache")
-		b = append(b, '[')
-		for i, ch := range c.Cache {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		field("cache")
+		if b, err = jsonenc.Array(b, len(c.Cache), func(b []byte, i int) ([]byte, error) {
+			ch := c.Cache[i]
 			b = jsonenc.String(append(b, `{"key":`...), ch.Key)
-			for _, f := range []struct {
-				name string
-				v    any
-			}{{"patch", ch.Patch}, {"set", ch.Set}} {
-				if f.v != nil {
-					if b, err = jsonenc.Value(append(append(append(b, `,"`...), f.name...), `":`...), f.v); err != nil {
-						return nil, err
-					}
+			var err error
+			if ch.Patch != nil {
+				if b, err = jsonenc.Value(append(b, `,"patch":`...), ch.Patch); err != nil {
+					return nil, err
+				}
+			}
+			if ch.Set != nil {
+				if b, err = jsonenc.Value(append(b, `,"set":`...), ch.Set); err != nil {
+					return nil, err
 				}
 			}
 			if ch.Delete {
 				b = append(b, `,"delete":true`...)
 			}
-			b = append(b, '}')
+			return append(b, '}'), nil
+		}); err != nil {
+			return nil, err
 		}
-		b = append(b, ']')
 	}
 	if len(c.Affects) > 0 {
-		sep("affects")
-		b = append(b, '[')
-		for i, k := range c.Affects {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsonenc.String(b, k)
-		}
-		b = append(b, ']')
+		field("affects")
+		b, _ = jsonenc.Array(b, len(c.Affects), func(b []byte, i int) ([]byte, error) {
+			return jsonenc.String(b, c.Affects[i]), nil
+		})
 	}
 	return append(b, '}'), nil
 }

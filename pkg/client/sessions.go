@@ -134,7 +134,7 @@ func (c *Client) ReadCache(ctx context.Context, session string, r Reads) (CacheM
 		return c.readCache(ctx, session, r)
 	}
 	sent := time.Now()
-	rest, vals, peeked, keyAt, peekAt := c.kept.fromKept(session, r)
+	rest, vals, peeked, keyAt, peekAt := fromKept(c.kept, session, r)
 	if len(rest.Keys)+len(rest.Peek) == 0 {
 		if session == "" {
 			return CacheManyResult{Values: vals, Peeked: peeked}, nil
@@ -160,7 +160,7 @@ func (c *Client) ReadCache(ctx context.Context, session string, r Reads) (CacheM
 	}{{rest.Keys, res.Values}, {rest.Peek, res.Peeked}} {
 		for i, key := range read.keys {
 			if ms := res.Keep[key]; ms > 0 && i < len(read.vals) {
-				c.kept.put(key, read.vals[i], sent.Add(time.Duration(ms)*time.Millisecond))
+				c.kept.Put(key, read.vals[i], sent.Add(time.Duration(ms)*time.Millisecond))
 			}
 		}
 	}
