@@ -147,11 +147,18 @@ func TestClientKeepsImmutableEntries(t *testing.T) {
 		t.Fatalf("the kept entry reads %s after a caller changed the bytes it was given; want %s", res.Values[0], one)
 	}
 
+	// A read for update without a session is the sidecar's to refuse, kept
+	// or not.
+	if _, err := c.ReadCache(ctx, "", client.Reads{Keys: []string{fix("1")}, ForUpdate: true}); !client.IsInvalid(err) {
+		t.Errorf("lease=x without a session, on a kept entry: %v; want the sidecar's 400", err)
+	}
+
 	// Another mapping's entry is always asked for; a transfer changes it.
 	w.do(t, "POST", "/v1/sessions/"+w.begin(t)+"/commit", w.commitBody(1, 1)).ok(t, "a transfer into 1", nil)
+	n := requests()
 	res = read("", client.Reads{Peek: []string{acct("1")}})
-	if string(res.Peeked[0]) != `{"id":1,"balance":101}` || requests() != 2 {
-		t.Errorf("a read of another mapping: %s after %d requests; want 101 asked for", res.Peeked, requests())
+	if string(res.Peeked[0]) != `{"id":1,"balance":101}` || requests() != n+1 {
+		t.Errorf("a read of another mapping: %s after %d requests; want 101 asked for", res.Peeked, requests()-n)
 	}
 
 	// In a session: the leased key is asked for even though a copy is
@@ -169,7 +176,7 @@ func TestClientKeepsImmutableEntries(t *testing.T) {
 	}
 
 	// A session to begin with everything kept still begins one.
-	n := requests()
+	n = requests()
 	res = read("new", client.Reads{Peek: []string{fix("1")}})
 	if res.Session == "" || requests() != n+1 || string(res.Peeked[0]) != one {
 		t.Errorf("session=new with every peek kept: %+v after %d requests; want a session begun", res, requests()-n)

@@ -29,7 +29,7 @@ func fromKept(k *kept.Copies, session string, r Reads) (rest Reads, vals, peeked
 		peeked = make([]json.RawMessage, len(r.Peek))
 	}
 	for i, key := range r.Keys {
-		if session == "" {
+		if session == "" && !r.ForUpdate { // lease=x without a session is the sidecar's 400
 			if v, ok := k.Get(key); ok {
 				vals[i] = v
 				continue
