@@ -208,19 +208,38 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // validating and compacting every document again — most of a scan's
 // encoding time.
 func writeDocs(w http.ResponseWriter, docs []json.RawMessage) {
-	n := len(`{"docs":[]}`) + 1
-	for _, d := range docs {
-		n += len(d) + 1
+	b := make([]byte, 0, rawSize(docs)+len(`{"docs":}`)+1)
+	b = appendValues(append(b, `{"docs":`...), docs)
+	writeRaw(w, append(b, "}\n"...))
+}
+
+// rawSize is the bytes of vals written as a JSON array.
+func rawSize(vals []json.RawMessage) int {
+	n := 2
+	for _, v := range vals {
+		n += max(len(v), len("null")) + 1
 	}
-	b := make([]byte, 0, n)
-	b = append(b, `{"docs":[`...)
-	for i, d := range docs {
+	return n
+}
+
+// appendValues appends vals, JSON already, as a JSON array, null for a
+// nil one.
+func appendValues(b []byte, vals []json.RawMessage) []byte {
+	b = append(b, '[')
+	for i, v := range vals {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, d...)
+		if v == nil {
+			v = json.RawMessage("null")
+		}
+		b = append(b, v...)
 	}
-	b = append(b, "]}\n"...)
+	return append(b, ']')
+}
+
+// writeRaw answers 200 with b, JSON already.
+func writeRaw(w http.ResponseWriter, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)

@@ -187,18 +187,10 @@ func (sh *sessionHandler) readMany(w http.ResponseWriter, r *http.Request) error
 // they are cached), and validating and compacting them again (and
 // escaping their <, > and &) was most of a multi-read's encoding time.
 func writeCacheMany(w http.ResponseWriter, res client.CacheManyResult) {
-	n := 64 + len(res.Session)
-	for _, vals := range [][]json.RawMessage{res.Values, res.Peeked} {
-		for _, v := range vals {
-			n += len(v) + 5
-		}
-	}
-	b := make([]byte, 0, n)
+	b := make([]byte, 0, 64+len(res.Session)+rawSize(res.Values)+rawSize(res.Peeked)+64*len(res.Keep))
 	b = append(b, '{')
 	if res.Session != "" {
-		b = append(b, `"session":`...)
-		b = jsonenc.String(b, res.Session)
-		b = append(b, ',')
+		b = append(jsonenc.String(append(b, `"session":`...), res.Session), ',')
 	}
 	b = appendValues(append(b, `"values":`...), res.Values)
 	if len(res.Peeked) > 0 {
@@ -212,31 +204,11 @@ func writeCacheMany(w http.ResponseWriter, res client.CacheManyResult) {
 				b = append(b, ',')
 			}
 			first = false
-			b = jsonenc.String(b, k)
-			b = append(b, ':')
-			b = strconv.AppendInt(b, ms, 10)
+			b = strconv.AppendInt(append(jsonenc.String(b, k), ':'), ms, 10)
 		}
 		b = append(b, '}')
 	}
-	b = append(b, "}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
-}
-
-// appendValues appends vals as a JSON array, null for a nil one.
-func appendValues(b []byte, vals []json.RawMessage) []byte {
-	b = append(b, '[')
-	for i, v := range vals {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if v == nil {
-			v = json.RawMessage("null")
-		}
-		b = append(b, v...)
-	}
-	return append(b, ']')
+	writeRaw(w, append(b, "}\n"...))
 }
 
 func (sh *sessionHandler) act(w http.ResponseWriter, r *http.Request) error {
