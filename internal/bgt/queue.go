@@ -159,12 +159,8 @@ var _ rounds = (*QueueApplier)(nil)
 // not stopped, of a family configured here, and not backing off after a
 // failure. held reports that none is due only because they all back off.
 func (a *QueueApplier) due(ctx context.Context, parts []int) (due map[int][]string, held bool, err error) {
-	reg, err := a.q.Registered(ctx, parts)
+	reg, stopped, err := a.q.Registered(ctx, parts)
 	if err != nil || len(reg) == 0 {
-		return nil, false, err
-	}
-	stopped, err := a.q.Stopped(ctx, parts)
-	if err != nil {
 		return nil, false, err
 	}
 	now := time.Now()

@@ -90,10 +90,11 @@ type scheduler[K comparable] struct {
 
 	owned owned         // the partitions this sidecar owns
 	work  []chan []int  // per worker: the partitions of its next round
-	kick  chan struct{} // a round found more work than it took
+	kick  chan struct{} // a round found more work than it took (again)
 
-	mu       sync.Mutex // guards busy, live, failures, retryAt, shrunk
+	mu       sync.Mutex // guards busy, again, live, failures, retryAt, shrunk
 	busy     []bool     // per worker: a round is in flight
+	again    []int      // partitions whose last round left more work
 	live     int        // live sidecars, as last seen
 	failures map[K]int  // consecutive failed batches
 	retryAt  map[K]time.Time
@@ -165,7 +166,7 @@ loop:
 				skip = idle
 			}
 		case <-s.kick:
-			s.dispatch(ctx)
+			s.redispatch()
 			idle, skip = 0, 0
 		case <-compact.C:
 			// In its own goroutine: a long compaction must not delay the
@@ -269,6 +270,36 @@ func (s *scheduler[K]) dispatch(ctx context.Context) bool {
 	return held || len(todo) > 0
 }
 
+// redispatch hands each idle worker the partitions in again that it
+// serves and this sidecar still owns, without polling them: the round
+// reads what is due itself, and finds nothing when another round took it.
+// Only those partitions: polling every owned partition whenever a round
+// had more would cost a scan of them all per batch of a busy queue; the
+// others are found by the next poll, due within one poll interval now.
+// A partition whose worker is busy is left to that round or the poll.
+func (s *scheduler[K]) redispatch() {
+	s.mu.Lock()
+	groups := make([][]int, s.plan.workers)
+	for _, p := range s.again {
+		w := p % s.plan.workers
+		if !s.busy[w] && s.owned.has(p) && !slices.Contains(groups[w], p) {
+			groups[w] = append(groups[w], p)
+		}
+	}
+	s.again = s.again[:0]
+	for w, g := range groups {
+		if len(g) > 0 {
+			s.busy[w] = true
+		}
+	}
+	s.mu.Unlock()
+	for w, g := range groups {
+		if len(g) > 0 {
+			s.work[w] <- g // never blocks: see dispatch
+		}
+	}
+}
+
 // worker runs the rounds dispatch hands worker w, one at a time. A round
 // goes on when a tick meanwhile lost one of its partitions: the new owner
 // may apply the same documents or queues at once, and the applied records
@@ -287,6 +318,9 @@ func (s *scheduler[K]) worker(ctx context.Context, w int) {
 			s.busy[w] = false
 			s.mu.Unlock()
 			if more {
+				s.mu.Lock()
+				s.again = append(s.again, parts...)
+				s.mu.Unlock()
 				select { // more waiting: go on without waiting for the next poll
 				case s.kick <- struct{}{}:
 				default:

@@ -206,11 +206,7 @@ func (a *QueueApplier) Flush(ctx context.Context) (QueueFlushResult, error) {
 	all := partitions(a.q.Keys().Partitions())
 	failures := 0
 	for ctx.Err() == nil {
-		reg, err := a.q.Registered(ctx, all)
-		if err != nil {
-			return res, err
-		}
-		stopped, err := a.q.Stopped(ctx, all)
+		reg, stopped, err := a.q.Registered(ctx, all)
 		if err != nil {
 			return res, err
 		}

@@ -66,42 +66,29 @@ type Pending struct {
 }
 
 // Registered returns, per partition of parts, the queues with pending
-// sessions, the longest waiting first.
-func (q *Queues) Registered(ctx context.Context, parts []int) (map[int][]string, error) {
+// sessions, the longest waiting first, and the stopped queues (a dead
+// letter holds them) of parts, in one round trip.
+func (q *Queues) Registered(ctx context.Context, parts []int) (reg map[int][]string, stopped map[string]bool, err error) {
 	pipe := q.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(parts))
+	regs := make([]*redis.StringSliceCmd, len(parts))
+	deads := make([]*redis.StringSliceCmd, len(parts))
 	for i, p := range parts {
-		cmds[i] = pipe.ZRange(ctx, q.keys.Registry(p), 0, -1)
+		regs[i] = pipe.ZRange(ctx, q.keys.Registry(p), 0, -1)
+		deads[i] = pipe.HKeys(ctx, q.keys.Dead(p))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("session: queues: %w", err)
+		return nil, nil, fmt.Errorf("session: queues: %w", err)
 	}
-	out := map[int][]string{}
-	for i, c := range cmds {
-		if v := c.Val(); len(v) > 0 {
-			out[parts[i]] = v
+	reg, stopped = map[int][]string{}, map[string]bool{}
+	for i := range parts {
+		if v := regs[i].Val(); len(v) > 0 {
+			reg[parts[i]] = v
+		}
+		for _, name := range deads[i].Val() {
+			stopped[name] = true
 		}
 	}
-	return out, nil
-}
-
-// Stopped returns the stopped queues of parts.
-func (q *Queues) Stopped(ctx context.Context, parts []int) (map[string]bool, error) {
-	pipe := q.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(parts))
-	for i, p := range parts {
-		cmds[i] = pipe.HKeys(ctx, q.keys.Dead(p))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("session: stopped queues: %w", err)
-	}
-	out := map[string]bool{}
-	for _, c := range cmds {
-		for _, name := range c.Val() {
-			out[name] = true
-		}
-	}
-	return out, nil
+	return reg, stopped, nil
 }
 
 // First returns the seq of a queue's first session (ok false when the
