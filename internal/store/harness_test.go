@@ -23,12 +23,7 @@ type harness struct {
 
 // eachStore runs f, in parallel subtests, against every test database.
 func eachStore(t *testing.T, f func(t *testing.T, h *harness)) {
-	stores := testenv.Stores(t)
-	names := make([]string, 0, len(stores))
-	for name := range stores {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	stores, names := testStores(t)
 	for _, name := range names {
 		cfg := stores[name]
 		t.Run(name, func(t *testing.T) {
@@ -43,8 +38,19 @@ func eachStore(t *testing.T, f func(t *testing.T, h *harness)) {
 	}
 }
 
+// testStores returns the test databases and their names, sorted.
+func testStores(t testing.TB) (map[string]testenv.Store, []string) {
+	stores := testenv.Stores(t)
+	names := make([]string, 0, len(stores))
+	for name := range stores {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return stores, names
+}
+
 // exec runs raw SQL on the test database.
-func (h *harness) exec(t *testing.T, query string, args ...any) {
+func (h *harness) exec(t testing.TB, query string, args ...any) {
 	t.Helper()
 	ctx := context.Background()
 	var err error
@@ -62,7 +68,7 @@ func (h *harness) exec(t *testing.T, query string, args ...any) {
 // table creates a uniquely named table from the DDL of this driver (%[1]s
 // is the name) and drops it when the test ends. More DDL, run first
 // (types, …), and its cleanup can come in before/after.
-func (h *harness) table(t *testing.T, ddl map[string]string) string {
+func (h *harness) table(t testing.TB, ddl map[string]string) string {
 	t.Helper()
 	name := testenv.UniqueName(t, "st")
 	stmt, ok := ddl[h.driver]

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/writeback/writeback/internal/sqlcheck"
 )
 
 var _ SessionStore = (*myStore)(nil)
@@ -63,11 +65,12 @@ func notPermanent(error) bool { return false }
 // on Apply's pool (the statements interpolated by the driver, as on the
 // other pool): START TRANSACTION; take the batch's lock, if it names one
 // (Session.Lock); INSERT the sessions' applied records;
-// their statements in order; COMMIT. If anything in it fails — a record
+// their statements in order, consecutive single-row INSERTs of one text as
+// one (joinInserts); COMMIT. If anything in it fails — a record
 // that exists (the session was applied, or a racing applier holds it), a
 // statement the store refuses, a deadlock — the packet's transaction is
 // rolled back and the batch goes the stepwise way, a round trip per
-// statement, which tells which session or statement it was: START
+// statement (none joined), which tells which session or statement it was: START
 // TRANSACTION; the lock; SELECT the ids already applied; INSERT the others (a
 // racing applier of the same sessions waits here); their statements in
 // order; COMMIT. A deadlock reruns the whole transaction, packet first:
@@ -82,7 +85,7 @@ func (s *myStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool
 		return nil, nil
 	}
 	return retryTx(myRetryable, func() ([]bool, error) {
-		applied, err := s.applySessionsPacket(ctx, sessions)
+		applied, err := s.applySessionsPacket(ctx, sessions, true)
 		if err != nil {
 			return nil, wrapErr("apply sessions", err, myPermanent)
 		}
@@ -111,8 +114,9 @@ const maxSessionPacket = 4 << 20
 // of it, which it waited for, may have applied some (a miss and the
 // queue's applier race for the same head), and those are left out of the
 // packet rather than sending the batch the stepwise way, a round trip per
-// statement with the family's lock held.
-func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) ([]bool, error) {
+// statement with the family's lock held. join joins the batch's runs of
+// single-row INSERTs (joinInserts).
+func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session, join bool) ([]bool, error) {
 	for _, ss := range sessions {
 		if ss.Role != "" {
 			return nil, nil // refused stepwise, with the reason
@@ -161,22 +165,29 @@ func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session) (
 		q.add("(", q.arg(ss.ID), ", ", q.arg(ss.Queue), ", ", q.arg(ss.Seq), ")")
 		n++
 	}
+	var stmts []batchStmt
 	for i, ss := range sessions {
 		if !applied[i] {
 			continue
 		}
-		for _, st := range ss.Statements {
+		for j, st := range ss.Statements {
 			args, err := statementArgs("mysql", st)
 			if err != nil {
 				myRollback(conn)
 				return nil, nil
 			}
-			q.add("; ", st.SQL)
-			q.args = append(q.args, args...)
-			if q.sb.Len() > maxSessionPacket {
-				myRollback(conn)
-				return nil, nil
-			}
+			stmts = append(stmts, batchStmt{sql: st.SQL, args: args, ref: stmtRef{i, j}, rows: 1})
+		}
+	}
+	if join {
+		stmts = joinInserts(sqlcheck.MySQL, stmts)
+	}
+	for _, st := range stmts {
+		q.add("; ", st.sql)
+		q.args = append(q.args, st.args...)
+		if q.sb.Len() > maxSessionPacket {
+			myRollback(conn)
+			return nil, nil
 		}
 	}
 	q.add("; COMMIT")

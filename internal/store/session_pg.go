@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/writeback/writeback/internal/sqlcheck"
 )
 
 var _ SessionStore = (*pgStore)(nil)
@@ -52,7 +54,9 @@ func (s *pgStore) PrepareSessions(ctx context.Context) error {
 //	batch 2: INSERT the other ids; their statements in order; COMMIT
 //
 // The insert comes first in batch 2, so a racing applier of the same
-// sessions waits on it before running any statement. A deadlock or
+// sessions waits on it before running any statement. Consecutive
+// single-row INSERTs of one text go as one (joinInserts); when one such
+// joined INSERT fails, the transaction runs again unjoined. A deadlock or
 // serialization failure reruns the whole transaction.
 func (s *pgStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool, error) {
 	if err := checkSessions(sessions); err != nil {
@@ -61,10 +65,19 @@ func (s *pgStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool
 	if len(sessions) == 0 {
 		return nil, nil
 	}
-	return retryTx(pgRetryable, func() ([]bool, error) { return s.applySessionsOnce(ctx, sessions) })
+	return retryTx(pgRetryable, func() ([]bool, error) {
+		applied, err := s.applySessionsOnce(ctx, sessions, true)
+		if errors.Is(err, errJoinedFailed) {
+			return s.applySessionsOnce(ctx, sessions, false)
+		}
+		return applied, err
+	})
 }
 
-func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session) (_ []bool, err error) {
+// applySessionsOnce is one attempt of ApplySessions; join joins the
+// batch's runs of single-row INSERTs (joinInserts). A joined INSERT the
+// database refuses is errJoinedFailed, nothing applied.
+func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session, join bool) (_ []bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, wrapErr("apply sessions", err, pgPermanent)
@@ -86,9 +99,6 @@ func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session) (_ 
 	applied := make([]bool, len(sessions))
 	var newIDs, queues []string
 	var seqs []int64
-	type stmtRef struct{ session, stmt int }
-	var refs []stmtRef
-	batch := &pgx.Batch{}
 	for i, ss := range sessions {
 		if done[ss.ID] {
 			continue
@@ -100,28 +110,33 @@ func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session) (_ 
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 		return applied, nil
 	}
-	batch.Queue(`INSERT INTO `+AppliedSessionsTable+` (id, queue, seq)
-SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
+	var stmts []batchStmt
 	for i, ss := range sessions {
 		if !applied[i] {
 			continue
 		}
 		if ss.Role != "" {
-			batch.Queue("SET LOCAL ROLE " + pgx.Identifier{ss.Role}.Sanitize())
-			refs = append(refs, stmtRef{i, roleStmt})
+			stmts = append(stmts, batchStmt{sql: "SET LOCAL ROLE " + pgx.Identifier{ss.Role}.Sanitize(), ref: stmtRef{i, roleStmt}, rows: 1})
 		}
 		for j, st := range ss.Statements {
 			args, err := statementArgs("postgres", st)
 			if err != nil {
 				return nil, sessionStmtError(sessions, i, j, err, func(error) bool { return true })
 			}
-			batch.Queue(st.SQL, args...)
-			refs = append(refs, stmtRef{i, j})
+			stmts = append(stmts, batchStmt{sql: st.SQL, args: args, ref: stmtRef{i, j}, rows: 1})
 		}
 		if ss.Role != "" {
-			batch.Queue("SET LOCAL ROLE NONE")
-			refs = append(refs, stmtRef{i, roleStmt})
+			stmts = append(stmts, batchStmt{sql: "SET LOCAL ROLE NONE", ref: stmtRef{i, roleStmt}, rows: 1})
 		}
+	}
+	if join {
+		stmts = joinInserts(sqlcheck.Postgres, stmts)
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO `+AppliedSessionsTable+` (id, queue, seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
+	for _, st := range stmts {
+		batch.Queue(st.sql, st.args...)
 	}
 	batch.Queue("COMMIT")
 	br := conn.SendBatch(ctx, batch)
@@ -133,10 +148,14 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 		}
 		return nil, wrapErr("apply sessions: record applied sessions", err, pgPermanent)
 	}
-	for _, r := range refs {
+	for _, st := range stmts {
+		r := st.ref
 		if _, err := br.Exec(); err != nil {
 			if pgRetryable(err) || !isPgServerError(err) {
 				return nil, wrapErr("apply sessions", err, pgPermanent)
+			}
+			if st.rows > 1 {
+				return nil, errJoinedFailed
 			}
 			if r.stmt == roleStmt { // the configuration's fault, not the session's: retry
 				return nil, &Error{Err: fmt.Errorf("store: apply sessions: set role %s: %w", sessions[r.session].Role, err)}

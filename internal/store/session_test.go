@@ -232,16 +232,16 @@ func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
 		}
 		s1, s2 := move(1, "3"), move(2, "4")
 		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID, s2.ID}) })
-		applied, err := my.applySessionsPacket(t.Context(), []Session{s1, s2})
+		applied, err := my.applySessionsPacket(t.Context(), []Session{s1, s2}, true)
 		require.True(t, applied != nil && err == nil, "a fresh batch goes in one packet (%v)", err)
 		require.Equal(t, []bool{true, true}, applied)
 		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl))
 
 		s3 := move(3, "1")
 		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s3.ID}) })
-		applied, err = my.applySessionsPacket(t.Context(), []Session{s2, s3})
+		applied, err = my.applySessionsPacket(t.Context(), []Session{s2, s3}, true)
 		require.False(t, applied != nil || err != nil, "a batch with an applied session (%v)", err)
-		applied, err = my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")})
+		applied, err = my.applySessionsPacket(t.Context(), []Session{s3, move(4, "5")}, true)
 		require.False(t, applied != nil || err != nil, "a batch the CHECK refuses (%v)", err)
 		require.Equal(t, map[int64]string{1: "3.00", 2: "7.00"}, h.balances(t, tbl), "a refused packet left something behind")
 		applied, err = ss.ApplySessions(t.Context(), []Session{s2, s3})
@@ -257,11 +257,11 @@ func TestApplySessionsOnePacketOnMySQL(t *testing.T) {
 		for i := range locked {
 			locked[i].Lock = "fam"
 		}
-		applied, err = my.applySessionsPacket(t.Context(), locked)
+		applied, err = my.applySessionsPacket(t.Context(), locked, true)
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, true}, applied, "a locked batch with an applied session goes in a packet without it")
 		require.Equal(t, map[int64]string{1: "1.00", 2: "9.00"}, h.balances(t, tbl))
-		applied, err = my.applySessionsPacket(t.Context(), locked)
+		applied, err = my.applySessionsPacket(t.Context(), locked, true)
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, false}, applied, "a locked batch applied before")
 		require.Equal(t, map[int64]string{1: "1.00", 2: "9.00"}, h.balances(t, tbl))
