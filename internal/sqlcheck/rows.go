@@ -53,11 +53,19 @@ func SingleRowInsert(d Dialect, sql string) (r RowInsert, ok bool) {
 	if punct(i, ".") {
 		return RowInsert{}, false
 	}
-	if punct(i, "(") {
-		if i = closing(i); i < 0 {
-			return RowInsert{}, false
+	if punct(i, "(") { // the columns: names between commas
+		for i++; ; i += 2 {
+			if i >= len(toks) || (toks[i].Kind != Ident && toks[i].Kind != QuotedIdent) {
+				return RowInsert{}, false
+			}
+			if punct(i+1, ")") {
+				break
+			}
+			if !punct(i+1, ",") {
+				return RowInsert{}, false
+			}
 		}
-		i++
+		i += 2
 	}
 	if !word(i, "values") || !punct(i+1, "(") {
 		return RowInsert{}, false

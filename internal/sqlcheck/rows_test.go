@@ -35,6 +35,8 @@ func TestSingleRowInsert(t *testing.T) {
 		{Postgres, "UPDATE t SET a = $1", 1, false, ""},
 		{Postgres, "INSERT INTO t (a) VALUES ($1); DELETE FROM t", 1, false, ""},
 		{Postgres, "INSERT INTO t (a) VALUES ($1", 1, false, ""},
+		{MySQL, "INSERT INTO t ((?)) VALUES ()", 0, false, ""}, // no placeholder before the row
+		{MySQL, "INSERT INTO t () VALUES ()", 0, false, ""},
 		{Postgres, "INSERT INTO t (a) VALUES ('x')", 0, false, ""}, // string literals do not lex
 	} {
 		r, ok := SingleRowInsert(c.d, c.sql)
