@@ -24,8 +24,9 @@ import (
 //
 // round applies one round of parts (ready's, all served by one worker) and
 // reports that more may be waiting (more than it took; for queues, also
-// whatever was committed while it applied): the scheduler then dispatches
-// again at once instead of at the next poll. ctx is the run's: a round that
+// whatever was committed while it applied): the scheduler then hands its
+// partitions back to the worker at once (redispatch) instead of at the
+// next poll. ctx is the run's: a round that
 // started finishes even once it is done, bounded by the batch timeout (see
 // scheduler.bounded), so that a SIGTERM does not turn into replays for the
 // sidecar that takes the partitions over. round notes its own failures
