@@ -253,22 +253,31 @@ func (s *scheduler[K]) dispatch(ctx context.Context) bool {
 	for _, p := range todo {
 		groups[p%s.plan.workers] = append(groups[p%s.plan.workers], p)
 	}
+	s.hand(groups)
+	return held || len(todo) > 0
+}
+
+// hand gives each idle worker w its partitions groups[w] and marks it
+// busy; the groups of busy workers are left to their rounds or the next
+// poll.
+func (s *scheduler[K]) hand(groups [][]int) {
+	s.mu.Lock()
 	for w, g := range groups {
-		if len(g) == 0 {
+		if len(g) == 0 || s.busy[w] {
+			groups[w] = nil
 			continue
 		}
-		s.mu.Lock()
-		idle := !s.busy[w]
 		s.busy[w] = true
-		s.mu.Unlock()
-		if idle {
-			// Never blocks: only this loop marks a worker busy, and it
+	}
+	s.mu.Unlock()
+	for w, g := range groups {
+		if len(g) > 0 {
+			// Never blocks: only the run loop marks a worker busy, and it
 			// sends only to one it found idle, whose channel (capacity 1)
 			// the worker emptied before it could be marked idle again.
 			s.work[w] <- g
 		}
 	}
-	return held || len(todo) > 0
 }
 
 // redispatch hands each idle worker the partitions in again that it
@@ -283,22 +292,13 @@ func (s *scheduler[K]) redispatch() {
 	groups := make([][]int, s.plan.workers)
 	for _, p := range s.again {
 		w := p % s.plan.workers
-		if !s.busy[w] && s.owned.has(p) && !slices.Contains(groups[w], p) {
+		if s.owned.has(p) && !slices.Contains(groups[w], p) {
 			groups[w] = append(groups[w], p)
 		}
 	}
 	s.again = s.again[:0]
-	for w, g := range groups {
-		if len(g) > 0 {
-			s.busy[w] = true
-		}
-	}
 	s.mu.Unlock()
-	for w, g := range groups {
-		if len(g) > 0 {
-			s.work[w] <- g // never blocks: see dispatch
-		}
-	}
+	s.hand(groups)
 }
 
 // worker runs the rounds dispatch hands worker w, one at a time. A round

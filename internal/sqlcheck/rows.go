@@ -27,51 +27,24 @@ func SingleRowInsert(d Dialect, sql string) (r RowInsert, ok bool) {
 	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
 		toks = toks[:n-1]
 	}
-	word := func(i int, w string) bool { return i < len(toks) && toks[i].Kind == Ident && toks[i].Text == w }
-	punct := func(i int, s string) bool { return i < len(toks) && toks[i].Kind == Punct && toks[i].Text == s }
-	// closing returns the index of the parenthesis closing the one at i.
-	closing := func(i int) int {
-		depth := 0
-		for ; i < len(toks); i++ {
-			switch {
-			case punct(i, "("):
-				depth++
-			case punct(i, ")"):
-				if depth--; depth == 0 {
-					return i
-				}
-			case punct(i, ";"):
-				return -1
-			}
+	p := &parser{d: d, toks: toks}
+	if !p.accept("insert") || !p.accept("into") {
+		return RowInsert{}, false
+	}
+	if t := p.peek(); t.Kind != Ident && t.Kind != QuotedIdent {
+		return RowInsert{}, false
+	}
+	p.i++
+	if p.isP("(") { // the columns: names between commas, as CheckDML takes them
+		if p.list(func() error { _, err := p.name("a column"); return err }) != nil {
+			return RowInsert{}, false
 		}
-		return -1
 	}
-	if !word(0, "insert") || !word(1, "into") || len(toks) < 3 || (toks[2].Kind != Ident && toks[2].Kind != QuotedIdent) {
+	if !p.accept("values") || !p.isP("(") {
 		return RowInsert{}, false
 	}
-	i := 3
-	if punct(i, ".") {
-		return RowInsert{}, false
-	}
-	if punct(i, "(") { // the columns: names between commas
-		for i++; ; i += 2 {
-			if i >= len(toks) || (toks[i].Kind != Ident && toks[i].Kind != QuotedIdent) {
-				return RowInsert{}, false
-			}
-			if punct(i+1, ")") {
-				break
-			}
-			if !punct(i+1, ",") {
-				return RowInsert{}, false
-			}
-		}
-		i += 2
-	}
-	if !word(i, "values") || !punct(i+1, "(") {
-		return RowInsert{}, false
-	}
-	start := i + 1
-	end := closing(start)
+	start := p.i
+	end := closing(toks, start)
 	if end != len(toks)-1 {
 		return RowInsert{}, false // a second row, ON …, or anything else after the row
 	}
@@ -115,6 +88,29 @@ func (r RowInsert) Rows(n, params int) string {
 		b = append(b, r.row[at:]...)
 	}
 	return string(b)
+}
+
+// closing returns the index of the parenthesis closing the one at
+// toks[i], or -1 when the statement ends (or a ; comes) first.
+func closing(toks []Token, i int) int {
+	depth := 0
+	for ; i < len(toks); i++ {
+		t := toks[i]
+		if t.Kind != Punct {
+			continue
+		}
+		switch t.Text {
+		case "(":
+			depth++
+		case ")":
+			if depth--; depth == 0 {
+				return i
+			}
+		case ";":
+			return -1
+		}
+	}
+	return -1
 }
 
 // clocks are the functions whose value depends on when a statement runs.

@@ -124,3 +124,57 @@ func TestApplySessionsJoinedInserts(t *testing.T) {
 		require.Empty(t, rows(bad))
 	})
 }
+
+// TestApplySessionsJoinsRuns counts the INSERT statements the store runs
+// for a batch whose runs of one INSERT text span statements and sessions:
+// one per run, not one per row. PostgreSQL counts them with a
+// statement-level trigger, MariaDB (row triggers only) with the apply
+// connection's Com_insert.
+func TestApplySessionsJoinsRuns(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		tbl := h.table(t, joinDDL)
+		ins := "INSERT INTO " + tbl + " (id, n) VALUES (" + h.ph(1) + ", " + h.ph(2) + ")"
+		short := "INSERT INTO " + tbl + " (id, k) VALUES (" + h.ph(1) + ", " + h.ph(2) + ")"
+		upd := "UPDATE " + tbl + " SET k = " + h.ph(1) + " WHERE id = " + h.ph(2)
+		s1 := Session{ID: newSessionID(t), Queue: "j/3", Seq: 1, Statements: []Statement{
+			{SQL: ins, Args: args("1", "1")}, {SQL: ins, Args: args("2", "2")}, {SQL: ins, Args: args("3", "3")},
+			{SQL: upd, Args: args("7", "2")},
+			{SQL: short, Args: args("4", "4")}, {SQL: short, Args: args("5", "5")},
+		}}
+		s2 := Session{ID: newSessionID(t), Queue: "j/3", Seq: 2, Statements: []Statement{
+			{SQL: short, Args: args("6", "6")}, {SQL: ins, Args: args("7", "7")}, {SQL: ins, Args: args("8", "8")},
+		}}
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s1.ID, s2.ID}) })
+		apply := func() {
+			applied, err := ss.ApplySessions(t.Context(), []Session{s1, s2})
+			require.NoError(t, err)
+			require.Equal(t, []bool{true, true}, applied)
+		}
+		switch st := h.s.(type) {
+		case *pgStore:
+			counter := h.table(t, map[string]string{"postgres": "CREATE TABLE %s (n int)"})
+			fn := counter + "_count"
+			h.exec(t, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO "+counter+" VALUES (1); RETURN NULL; END $$")
+			t.Cleanup(func() { _, _ = st.pool.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+fn+"() CASCADE") })
+			h.exec(t, "CREATE TRIGGER "+fn+" AFTER INSERT ON "+tbl+" FOR EACH STATEMENT EXECUTE FUNCTION "+fn+"()")
+			apply()
+			var n int
+			require.NoError(t, st.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+counter).Scan(&n))
+			require.Equal(t, 3, n, "INSERT statements on the table: want one per run of a text (3), not one per row (8)")
+		case *myStore:
+			st.applyDB.SetMaxOpenConns(1) // the status below is the apply connection's
+			inserts := func() int {
+				var name string
+				var n int
+				require.NoError(t, st.applyDB.QueryRowContext(t.Context(), "SHOW SESSION STATUS LIKE 'Com_insert'").Scan(&name, &n))
+				return n
+			}
+			before := inserts()
+			apply()
+			require.Equal(t, 4, inserts()-before, "INSERT statements: want the applied records' and one per run of a text (1 + 3), not one per row (1 + 8)")
+		default:
+			t.Fatalf("no INSERT count for %T", h.s)
+		}
+	})
+}
