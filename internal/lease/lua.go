@@ -36,8 +36,17 @@ import (
 //	                                       start: the session's, or nil
 //	lease_void(lkey, holders)              HDEL each
 //	lease_void_inhibit(lkey, ls)           void every I lease (a change is coming)
-//	lease_keep(lkey, ckey, now)            after changes: expire the record when
-//	                                       its leases and the entry are gone
+//	lease_put(ls, l)                       l into ls, replacing holder's lease
+//	lease_rest(ls, holder, void) -> bool   whether ls holds a lease of someone
+//	                                       other than holder and the void
+//	lease_keep(lkey, ckey, now, ls)        after changes: expire the record when
+//	                                       its leases and the entry are gone; ls,
+//	                                       when given, is what the record holds
+//	                                       now (it is not read again)
+//
+// Every redis.call costs a script several microseconds beyond its command
+// on a busy machine (converting arguments and reply, dispatching): the
+// library avoids the calls whose answer the script already knows.
 const Lua = baseLua + waitLua
 
 const baseLua = `
@@ -119,16 +128,47 @@ local function lease_void_inhibit(lkey, ls)
     if l.mode == 'I' then redis.call('HDEL', lkey, l.holder) end
   end
 end
-local function lease_keep(lkey, ckey, now)
-  local vals = redis.call('HVALS', lkey)
-  if #vals == 0 then
-    redis.call('DEL', lkey)
-    return
+local function lease_put(ls, l)
+  for i, o in ipairs(ls) do
+    if o.holder == l.holder then
+      ls[i] = l
+      return
+    end
   end
+  ls[#ls + 1] = l
+end
+local function lease_rest(ls, holder, void)
+  for _, l in ipairs(ls) do
+    if l.holder ~= holder then
+      local gone = false
+      for _, h in ipairs(void) do
+        if h == l.holder then gone = true break end
+      end
+      if not gone then return true end
+    end
+  end
+  return false
+end
+local function lease_keep(lkey, ckey, now, ls)
   local last = now
-  for _, v in ipairs(vals) do
-    local e = tonumber(string.match(v, '^..|(%d+)')) or 0
-    if e > last then last = e end
+  if ls then
+    if #ls == 0 then
+      redis.call('DEL', lkey)
+      return
+    end
+    for _, l in ipairs(ls) do
+      if l.exp > last then last = l.exp end
+    end
+  else
+    local vals = redis.call('HVALS', lkey)
+    if #vals == 0 then
+      redis.call('DEL', lkey)
+      return
+    end
+    for _, v in ipairs(vals) do
+      local e = tonumber(string.match(v, '^..|(%d+)')) or 0
+      if e > last then last = e end
+    end
   end
   local r = redis.call('PTTL', ckey)
   if r == -1 then
@@ -195,8 +235,7 @@ local now = lease_now()
 local n = 0
 for i = 1, #KEYS, 2 do
   n = n + redis.call('HDEL', KEYS[i], ARGV[1])
-  lease_load(KEYS[i], KEYS[i + 1], now)
-  lease_keep(KEYS[i], KEYS[i + 1], now)
+  lease_keep(KEYS[i], KEYS[i + 1], now, lease_load(KEYS[i], KEYS[i + 1], now))
 end
 return n
 `)

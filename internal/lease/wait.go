@@ -196,8 +196,10 @@ func Request(w Waiter, held []Lease, queue []Waiter, now int64) Judgement {
 //	lease_request(lkey, wkey, ls, now, sid, req, start, deadline, life)
 //	                                       -> verdict, mode or conflict, void
 //	                                       Request; on a grant sets the lease,
-//	                                       voids and removes the voided from ls;
-//	                                       queues or unqueues the waiter
+//	                                       voids, and makes ls what the record
+//	                                       then holds (the voided out, the
+//	                                       grant in); queues or unqueues the
+//	                                       waiter
 const waitLua = `
 local function lease_older(as, a, bs, b)
   if not as or not bs or as <= 0 or bs <= 0 then return false end
@@ -275,7 +277,13 @@ local function lease_request(lkey, wkey, ls, now, sid, req, start, deadline, lif
     if redis.call('PTTL', wkey) < ttl then redis.call('PEXPIRE', wkey, ttl) end
     return 'wait', c, {}
   end
-  redis.call('ZREM', wkey, member)
+  -- a waiter past its deadline left the queue in lease_waiters
+  for _, w in ipairs(ws) do
+    if w.member == member then
+      redis.call('ZREM', wkey, member)
+      break
+    end
+  end
   lease_void(lkey, void)
   for _, h in ipairs(void) do
     for i, l in ipairs(ls) do
@@ -288,6 +296,7 @@ local function lease_request(lkey, wkey, ls, now, sid, req, start, deadline, lif
     golden = mine.golden
   end
   lease_set(lkey, sid, mode, golden, exp, start)
+  lease_put(ls, {holder = sid, mode = mode, golden = golden, exp = exp, start = start})
   table.sort(void)
   return 'granted', mode, void
 end
@@ -302,7 +311,7 @@ var requestScript = redis.NewScript(Lua + `
 local now = lease_now()
 local ls = lease_load(KEYS[1], KEYS[2], now)
 local v, m, void = lease_request(KEYS[1], KEYS[3], ls, now, ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
-lease_keep(KEYS[1], KEYS[2], now)
+lease_keep(KEYS[1], KEYS[2], now, ls)
 local out = {v, m}
 for _, h in ipairs(void) do out[#out + 1] = h end
 return out

@@ -105,6 +105,22 @@ func TestLuaMatchesRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if got.Verdict == Granted && !slices.ContainsFunc(after, func(l Lease) bool { return l.Holder == tc.w.ID }) {
+				t.Errorf("granted, but the record holds no lease of the requester: %+v", after)
+			}
+			// The record expires with its last lease (the request knows
+			// them without reading them again), or is gone with none.
+			last := time.Time{}
+			for _, l := range after {
+				if l.Expires.After(last) {
+					last = l.Expires
+				}
+			}
+			if ttl := rdb.PTTL(ctx, k.Lease).Val(); len(after) == 0 && ttl != -2*time.Nanosecond {
+				t.Errorf("a record without leases is kept (TTL %v)", ttl)
+			} else if len(after) > 0 && ttl < time.Until(last) {
+				t.Errorf("the record expires in %v, before its last lease (%v)", ttl, time.Until(last))
+			}
 			for _, l := range after {
 				if slices.Contains(got.Void, l.Holder) {
 					t.Errorf("voided lease of %s still held", l.Holder)

@@ -37,13 +37,31 @@ elseif redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 5, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) ~= 'X' then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+-- One HMGET reads the record's start, its first lease's time and what it
+-- says of each key, one HSET notes the keys (in chunks Lua's unpack
+-- takes): a call per field costs more than the fields.
+local ask = {'_', 'f'}
+for i = 5, #ARGV, 2 do ask[#ask + 1] = ARGV[i] end
+local cur = {}
+for c = 1, #ask, 4000 do
+  for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(ask, c, math.min(c + 3999, #ask)))) do
+    cur[#cur + 1] = v
   end
 end
+local set, x = {}, {}
+for n = 3, #ask do
+  local f, m = ask[n], ARGV[2 * n] -- ask[n] is ARGV[2n - 1]
+  if cur[n] ~= 'X' and not x[f] then
+    set[#set + 1] = f
+    set[#set + 1] = m
+    if m == 'X' then x[f] = true end
+  end
+end
+for c = 1, #set, 4000 do
+  redis.call('HSET', KEYS[1], unpack(set, c, math.min(c + 3999, #set)))
+end
 local deadline, first = now + tonumber(ARGV[2]), 0
-local f = tonumber(redis.call('HGET', KEYS[1], 'f'))
+local f = tonumber(cur[2])
 if f then
   deadline = math.min(deadline, f + tonumber(ARGV[3]))
 else
@@ -52,7 +70,7 @@ else
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-return {tonumber(redis.call('HGET', KEYS[1], '_')) or 0, deadline, first, n}
+return {tonumber(cur[1]) or 0, deadline, first, n}
 `)
 
 // readScript reads a cache entry, taking the session's lease first and,
@@ -88,7 +106,7 @@ if mode ~= '' then
   -- voided fillers leave ls, so they do not count below
   local v, m = lease_request(KEYS[1], KEYS[4], ls, now, sid, mode, tonumber(ARGV[5]), deadline, life)
   if v ~= 'granted' then
-    lease_keep(KEYS[1], KEYS[2], now)
+    lease_keep(KEYS[1], KEYS[2], now, ls)
     if v == 'refused' then return {-1, m} end
     if v == 'wait' then return {-2, m, deadline} end
     return {-3, m, deadline}
@@ -96,7 +114,7 @@ if mode ~= '' then
 end
 local v = redis.call('GET', KEYS[2])
 if v then
-  lease_keep(KEYS[1], KEYS[2], now)
+  lease_keep(KEYS[1], KEYS[2], now, ls)
   return {1, v}
 end
 local filler = 0
@@ -107,9 +125,10 @@ end
 local tok = 'i:' .. ARGV[4]
 if lease_decide(others, tok, 'I') then
   lease_set(KEYS[1], tok, 'I', false, now + life)
+  lease_put(ls, {holder = tok, mode = 'I', golden = false, exp = now + life})
   filler = 1
 end
-lease_keep(KEYS[1], KEYS[2], now)
+lease_keep(KEYS[1], KEYS[2], now, ls)
 return {0, redis.call('GET', KEYS[3]) or '0', filler}
 `)
 
@@ -123,7 +142,7 @@ local now = lease_now()
 local ls = lease_load(KEYS[1], KEYS[2], now)
 local tok = 'i:' .. ARGV[1]
 if not lease_held(ls, tok) then
-  lease_keep(KEYS[1], KEYS[2], now)
+  lease_keep(KEYS[1], KEYS[2], now, ls)
   return 0
 end
 redis.call('HDEL', KEYS[1], tok)
@@ -132,7 +151,11 @@ if ARGV[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   done = 1
 end
-lease_keep(KEYS[1], KEYS[2], now)
+local rest = {}
+for _, l in ipairs(ls) do
+  if l.holder ~= tok then rest[#rest + 1] = l end
+end
+lease_keep(KEYS[1], KEYS[2], now, rest)
 return done
 `)
 
@@ -174,10 +197,11 @@ local start = tonumber(ARGV[6])
 -- commit of it is refused as such, whatever became of its leases
 if redis.call('EXISTS', KEYS[4]) == 1 then return {-4} end
 if ARGV[7] ~= '' and redis.call('HGET', KEYS[#KEYS], 'n') ~= ARGV[7] then return {-5} end
-local voids = {}
+local voids, held = {}, {}
 for i = 1, nw do
   local k, a = 6 + 3 * (i - 1), 8 + 4 * (i - 1)
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
+  held[i] = ls
   if ARGV[a] == '1' and not lease_held(ls, sid) then return {-1, 'voided', i} end
   local _, _, void, blocked, refused = lease_judge(ls, sid, 'X', start)
   if refused then return {-2, 'x_on_golden_s', i} end
@@ -193,6 +217,7 @@ for j = 1, nr do
   local k = 6 + 3 * nw + 2 * (j - 1)
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
   if not lease_held(ls, sid) then return {-1, 'voided', nw + j} end
+  held[nw + j] = ls
 end
 local seq = redis.call('INCR', KEYS[3])
 local entry = seq .. '|' .. now .. '|' .. sid
@@ -201,10 +226,17 @@ redis.call('RPUSH', KEYS[2], entry)
 redis.call('ZADD', KEYS[1], 'NX', now, queue)
 redis.call('HINCRBY', KEYS[5], 'sessions', 1)
 redis.call('HINCRBY', KEYS[5], 'bytes', #ARGV[3] + #entry)
+-- A record that held only the session's lease and those it voids goes
+-- whole: one DEL instead of an HDEL each and a look at what is left.
 for i = 1, nw do
   local k, a = 6 + 3 * (i - 1), 8 + 4 * (i - 1)
-  lease_void(KEYS[k], voids[i])
-  redis.call('HDEL', KEYS[k], sid)
+  local rest = lease_rest(held[i], sid, voids[i])
+  if rest then
+    lease_void(KEYS[k], voids[i])
+    redis.call('HDEL', KEYS[k], sid)
+  elseif #held[i] > 0 then
+    redis.call('DEL', KEYS[k])
+  end
   local new = ARGV[a + 2]
   if new == '-' then
     redis.call('DEL', KEYS[k + 1])
@@ -212,12 +244,16 @@ for i = 1, nw do
     redis.call('SET', KEYS[k + 1], new, 'PX', ARGV[a + 3])
   end
   redis.call('SET', KEYS[k + 2], seq)
-  lease_keep(KEYS[k], KEYS[k + 1], now)
+  if rest then lease_keep(KEYS[k], KEYS[k + 1], now) end
 end
 for j = 1, nr do
   local k = 6 + 3 * nw + 2 * (j - 1)
-  redis.call('HDEL', KEYS[k], sid)
-  lease_keep(KEYS[k], KEYS[k + 1], now)
+  if lease_rest(held[nw + j], sid, {}) then
+    redis.call('HDEL', KEYS[k], sid)
+    lease_keep(KEYS[k], KEYS[k + 1], now)
+  else
+    redis.call('DEL', KEYS[k])
+  end
 end
 return {seq}
 `)
@@ -233,28 +269,45 @@ return {seq}
 // 2 n entries, then the entries, then the last entry's seq.
 // Returns how many it popped.
 var popScript = redis.NewScript(`
-local n = tonumber(ARGV[2])
-local popped, bytes = 0, 0
-for i = 1, n do
-  local head = redis.call('LINDEX', KEYS[2], 0)
-  if head ~= ARGV[2 + i] then break end
-  redis.call('LPOP', KEYS[2])
-  local obj = redis.call('GET', KEYS[3 + i])
-  if obj then bytes = bytes + #obj end
-  bytes = bytes + #head
-  redis.call('DEL', KEYS[3 + i])
-  popped = popped + 1
+-- cmd over keys in chunks that Lua's unpack takes; the replies joined
+local function each(cmd, keys)
+  local out = {}
+  for c = 1, #keys, 4000 do
+    local r = redis.call(cmd, unpack(keys, c, math.min(c + 3999, #keys)))
+    if type(r) == 'table' then
+      for _, v in ipairs(r) do out[#out + 1] = v end
+    end
+  end
+  return out
 end
+local n = tonumber(ARGV[2])
+local got = redis.call('LRANGE', KEYS[2], 0, n - 1)
+local popped = 0
+while popped < n and got[popped + 1] == ARGV[3 + popped] do popped = popped + 1 end
 if popped > 0 then
+  redis.call('LTRIM', KEYS[2], popped, -1)
+  local objs, bytes = {}, 0
+  for i = 1, popped do
+    objs[i] = KEYS[3 + i]
+    bytes = bytes + #got[i]
+  end
+  for _, obj in ipairs(each('MGET', objs)) do
+    if obj then bytes = bytes + #obj end
+  end
+  each('DEL', objs)
   redis.call('HINCRBY', KEYS[3], 'sessions', -popped)
   redis.call('HINCRBY', KEYS[3], 'bytes', -bytes)
 end
 local last = tonumber(ARGV[3 + n])
-for k = 4 + n, #KEYS do
-  local v = redis.call('GET', KEYS[k])
-  if v and tonumber(v) <= last then redis.call('DEL', KEYS[k]) end
+local maps = {}
+for k = 4 + n, #KEYS do maps[#maps + 1] = KEYS[k] end
+local gone = {}
+for i, v in ipairs(each('MGET', maps)) do
+  if v and tonumber(v) <= last then gone[#gone + 1] = maps[i] end
 end
-local head = redis.call('LINDEX', KEYS[2], 0)
+each('DEL', gone)
+local head = got[popped + 1]
+if popped == #got then head = redis.call('LINDEX', KEYS[2], 0) end
 if not head then
   redis.call('ZREM', KEYS[1], ARGV[1])
 else

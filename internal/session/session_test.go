@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
 	"github.com/writeback/writeback/internal/testenv"
@@ -591,5 +592,55 @@ func TestCommitFromKnownRecord(t *testing.T) {
 	}
 	if got := entry(); got != `{"n":6}` {
 		t.Errorf("entry %s after an aborted commit, want n 6", got)
+	}
+}
+
+// TestCommitLeavesOthersLeases: a commit deletes the lease records of the
+// keys it writes (its X voided everyone else's there) and, on a key it only
+// read, removes its own lease and keeps the others', with the record
+// expiring no sooner than they do.
+func TestCommitLeavesOthersLeases(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.LeaseLifetime = 5 * time.Second })
+	ctx := context.Background()
+	w.commitSet(t, "k:1:a", `{"v":1}`)
+	w.commitSet(t, "k:1:b", `{"v":2}`)
+	a, err := w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.svc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ id, key string }{{a, "k:1:a"}, {a, "k:1:b"}, {b, "k:1:b"}} {
+		if _, err := w.svc.Read(ctx, r.id, r.key, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.svc.Commit(ctx, a, CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:a", Set: json.RawMessage(`{"v":3}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := w.svc.keys.Partition("f/1")
+	key := func(k string) lease.Key {
+		return lease.Key{Lease: w.svc.keys.Lease(p, k), Entry: w.svc.keys.Entry(p, k)}
+	}
+	if n := w.rdb.Exists(ctx, key("k:1:a").Lease).Val(); n != 0 {
+		t.Errorf("the written key's lease record is still there: %v", w.rdb.HGetAll(ctx, key("k:1:a").Lease).Val())
+	}
+	held, err := lease.Held(ctx, w.rdb, key("k:1:b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || held[0].Holder != b {
+		t.Fatalf("the read key's record holds %+v, want only session b's lease", held)
+	}
+	if ttl := w.rdb.PTTL(ctx, key("k:1:b").Lease).Val(); ttl < time.Until(held[0].Expires) {
+		t.Errorf("the read key's record expires in %v, before the lease it holds (%v)", ttl, time.Until(held[0].Expires))
+	}
+	if got := w.entry(t, "k:1:b"); got != `{"v":2}` {
+		t.Errorf("the read key's entry is %s, want it untouched", got)
+	}
+	if _, err := w.svc.Commit(ctx, b, CommitRequest{Queue: "f/1", Cache: []CacheChange{{Key: "k:1:b", Set: json.RawMessage(`{"v":4}`)}}}); err != nil {
+		t.Fatalf("session b lost its lease on k:1:b to a commit that only read it: %v", err)
 	}
 }
