@@ -201,8 +201,20 @@ func spread(keys []string, at map[string]int, vals []json.RawMessage) []json.Raw
 	return out
 }
 
+// maxReadAll bounds the keys of one readAllScript run, and so how long
+// one multi-read holds Redis.
+const maxReadAll = 64
+
+// readGroup is one readAllScript run of readFirst: the refs it reads, in
+// order, and its command.
+type readGroup struct {
+	refs []int
+	cmd  *redis.Cmd
+}
+
 // readFirst notes refs in session id's record, runs readScript once for
-// every ref and GETs the entries of prefs: a hit sets vals[i] (pvals[i]);
+// every ref (as readAllScript, a run per partition) and GETs the entries
+// of prefs: a hit sets vals[i] (pvals[i]);
 // any other answer of readScript (a miss, a lease to wait for or retry)
 // sets firsts[i], for readLeased to go on from. A session that begins here
 // (begin not 0) does all of it in one pipeline, the step that creates its
@@ -235,25 +247,46 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 	if begin != 0 {
 		rec = recordScript.EvalSha(ctx, pipe, []string{s.keys.Record(id)}, s.noteArgs(begin, mode, keys)...)
 	}
-	calls := make([]rscript.Call, len(refs))
+	// One readAllScript run per partition (up to maxReadAll keys).
 	toks := make([]string, len(refs))
-	reads := make([]*redis.Cmd, len(refs))
+	var groups []*readGroup
+	open := map[int]*readGroup{}
 	for i, r := range refs {
 		toks[i] = newToken()
-		calls[i] = s.readCall(r, id, mode, wp.start, deadline, toks[i])
-		reads[i] = calls[i].Script.EvalSha(ctx, pipe, calls[i].Keys, calls[i].Args...)
+		g := open[r.part]
+		if g == nil || len(g.refs) == maxReadAll {
+			g = &readGroup{}
+			open[r.part] = g
+			groups = append(groups, g)
+		}
+		g.refs = append(g.refs, i)
+	}
+	call := func(g *readGroup, start int64, deadline any) rscript.Call {
+		keys := make([]string, 0, 4*len(g.refs))
+		args := make([]any, 0, 5+len(g.refs))
+		args = append(args, id, mode, s.cfg.LeaseLifetime.Milliseconds(), start, deadline)
+		for _, i := range g.refs {
+			keys = append(keys, s.readKeys(refs[i])...)
+			args = append(args, toks[i])
+		}
+		return rscript.Call{Script: readAllScript, Keys: keys, Args: args}
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	for j, g := range groups {
+		c := call(g, wp.start, deadline)
+		cmds[j] = c.Script.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
 	gets := s.getPeeks(ctx, pipe, prefs, pvals)
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 
-	replies := make([]any, len(refs))
-	errs := make([]error, len(refs))
-	for i, c := range reads {
-		replies[i], errs[i] = c.Result()
+	replies := make([]any, len(groups))
+	errs := make([]error, len(groups))
+	for j, c := range cmds {
+		replies[j], errs[j] = c.Result()
 	}
-	rerun := make([]bool, len(refs)) // reads to run again, each with calls[i]
-	for i, err := range errs {
-		rerun[i] = rscript.IsNoScript(err)
+	rerun := make([]bool, len(groups)) // groups to run again
+	for j, err := range errs {
+		rerun[j] = rscript.IsNoScript(err)
 	}
 	if rec != nil {
 		v, err := rec.Result()
@@ -272,46 +305,48 @@ func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode st
 			return wp, err
 		}
 		s.known.noted(id, wp.start, wp.notes, mode, keys, s.cfg.SessionTimeout)
-		for i, r := range refs {
-			if rerun[i] {
-				calls[i] = s.readCall(r, id, mode, wp.start, wp.deadline, toks[i])
-			}
-		}
+		deadline = wp.deadline
 	}
 	var again []rscript.Call
-	for i, c := range calls {
-		if rerun[i] {
-			again = append(again, c)
+	for j, g := range groups {
+		if rerun[j] {
+			again = append(again, call(g, wp.start, deadline))
 		}
 	}
 	if len(again) > 0 {
 		// Durable loads the scripts Redis lost and runs them again.
 		rs, es, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, again)
-		for i := range refs {
-			if rerun[i] {
-				replies[i], errs[i], rs, es = rs[0], es[0], rs[1:], es[1:]
+		for j := range groups {
+			if rerun[j] {
+				replies[j], errs[j], rs, es = rs[0], es[0], rs[1:], es[1:]
 			}
 		}
 	}
-	for i := range refs {
-		if errs[i] != nil {
-			return wp, fmt.Errorf("session: read: %w", errs[i])
+	for j, g := range groups {
+		if errs[j] != nil {
+			return wp, fmt.Errorf("session: read: %w", errs[j])
 		}
-		v, ok := replies[i].([]any)
-		if !ok || len(v) < 2 {
-			return wp, fmt.Errorf("session: read: unexpected reply %v", replies[i])
+		all, ok := replies[j].([]any)
+		if !ok || len(all) != len(g.refs) {
+			return wp, fmt.Errorf("session: read: unexpected reply %v", replies[j])
 		}
-		if code, _ := v[0].(int64); code == 1 {
-			s.m.Reads.WithLabelValues("hit").Inc()
-			val, _ := v[1].(string)
-			vals[i] = json.RawMessage(val)
-			continue
-		}
-		firsts[i] = &firstRead{reply: v, tok: toks[i]}
-		if code, _ := v[0].(int64); (code == -2 || code == -3) && len(v) > 2 {
-			// The deadline this read queued with: its later runs and
-			// its leaving name the same waiter.
-			firsts[i].deadline, _ = v[2].(int64)
+		for k, i := range g.refs {
+			v, ok := all[k].([]any)
+			if !ok || len(v) < 2 {
+				return wp, fmt.Errorf("session: read: unexpected reply %v", all[k])
+			}
+			if code, _ := v[0].(int64); code == 1 {
+				s.m.Reads.WithLabelValues("hit").Inc()
+				val, _ := v[1].(string)
+				vals[i] = json.RawMessage(val)
+				continue
+			}
+			firsts[i] = &firstRead{reply: v, tok: toks[i]}
+			if code, _ := v[0].(int64); (code == -2 || code == -3) && len(v) > 2 {
+				// The deadline this read queued with: its later runs and
+				// its leaving name the same waiter.
+				firsts[i].deadline, _ = v[2].(int64)
+			}
 		}
 	}
 	return wp, s.peeked(gets, prefs, pvals)

@@ -109,12 +109,18 @@ func (s *Service) peeked(g peekGets, refs []ref, vals []json.RawMessage) error {
 // session that started at start and waits until deadline (ms on Redis's
 // clock, or "+ms" from the script's own now).
 func (s *Service) readCall(r ref, id, mode string, start int64, deadline any, tok string) rscript.Call {
-	lk := s.keys.LeaseKey(r.part, r.key)
 	return rscript.Call{
 		Script: readScript,
-		Keys:   []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, r.key), lk.Wait},
+		Keys:   s.readKeys(r),
 		Args:   []any{id, mode, s.cfg.LeaseLifetime.Milliseconds(), tok, start, deadline},
 	}
+}
+
+// readKeys are readScript's keys for r: lease record, entry, mapping,
+// wait queue.
+func (s *Service) readKeys(r ref) []string {
+	lk := s.keys.LeaseKey(r.part, r.key)
+	return []string{lk.Lease, lk.Entry, s.keys.Mapping(r.part, r.key), lk.Wait}
 }
 
 // firstRead is a reply of readScript already obtained (ReadMany's shared

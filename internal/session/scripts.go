@@ -92,45 +92,69 @@ return {tonumber(cur[1]) or 0, deadline, first, n}
 // Returns {-1, conflict} when the lease is refused, {-2, conflict,
 // deadline} when the session waits, {-3, conflict, deadline} when its wait
 // is over; {1, value} on a hit, {0, mapped seq, filler 0/1} on a miss.
-var readScript = redis.NewScript(lease.Lua + `
-local now = lease_now()
-local sid, mode, life = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local ls = lease_load(KEYS[1], KEYS[2], now)
-if mode ~= '' then
-  local deadline = ARGV[6]
-  if string.sub(deadline, 1, 1) == '+' then
-    deadline = now + tonumber(string.sub(deadline, 2))
-  else
-    deadline = tonumber(deadline)
-  end
-  -- voided fillers leave ls, so they do not count below
-  local v, m = lease_request(KEYS[1], KEYS[4], ls, now, sid, mode, tonumber(ARGV[5]), deadline, life)
-  if v ~= 'granted' then
-    lease_keep(KEYS[1], KEYS[2], now, ls)
-    if v == 'refused' then return {-1, m} end
-    if v == 'wait' then return {-2, m, deadline} end
-    return {-3, m, deadline}
-  end
-end
-local v = redis.call('GET', KEYS[2])
-if v then
-  lease_keep(KEYS[1], KEYS[2], now, ls)
-  return {1, v}
-end
-local filler = 0
-local others = {}
-for _, l in ipairs(ls) do
-  if l.holder ~= sid then others[#others + 1] = l end
-end
-local tok = 'i:' .. ARGV[4]
-if lease_decide(others, tok, 'I') then
-  lease_set(KEYS[1], tok, 'I', false, now + life)
-  lease_put(ls, {holder = tok, mode = 'I', golden = false, exp = now + life})
-  filler = 1
-end
-lease_keep(KEYS[1], KEYS[2], now, ls)
-return {0, redis.call('GET', KEYS[3]) or '0', filler}
+var readScript = redis.NewScript(lease.Lua + readLua + `
+return session_read(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], lease_now())
 `)
+
+// readAllScript is readScript for several keys of one partition, one
+// after another in one step: a multi-read's keys cost one script run per
+// partition instead of one each (a run's own cost, past its commands, is
+// most of a small read's).
+//
+// KEYS: per key, readScript's four. ARGV: 1 session, 2 mode, 3 lifetime
+// ms, 4 session start, 5 wait deadline (as readScript's), then per key
+// its I token. Returns per key what readScript returns.
+var readAllScript = redis.NewScript(lease.Lua + readLua + `
+local now, out = lease_now(), {}
+local life, start = tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = 0, #KEYS / 4 - 1 do
+  local k = 4 * i
+  out[i + 1] = session_read(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[1], ARGV[2], life, ARGV[6 + i], start, ARGV[5], now)
+end
+return out
+`)
+
+// readLua is readScript's step as a function of its keys and arguments,
+// at Redis time now: session_read(lease record, entry, mapping, wait
+// queue, session, mode, lifetime, I token, session start, deadline, now).
+const readLua = `
+local function session_read(lkey, ekey, mkey, wkey, sid, mode, life, token, start, deadline, now)
+  local ls = lease_load(lkey, ekey, now)
+  if mode ~= '' then
+    if string.sub(deadline, 1, 1) == '+' then
+      deadline = now + tonumber(string.sub(deadline, 2))
+    else
+      deadline = tonumber(deadline)
+    end
+    -- voided fillers leave ls, so they do not count below
+    local v, m = lease_request(lkey, wkey, ls, now, sid, mode, start, deadline, life)
+    if v ~= 'granted' then
+      lease_keep(lkey, ekey, now, ls)
+      if v == 'refused' then return {-1, m} end
+      if v == 'wait' then return {-2, m, deadline} end
+      return {-3, m, deadline}
+    end
+  end
+  local v = redis.call('GET', ekey)
+  if v then
+    lease_keep(lkey, ekey, now, ls)
+    return {1, v}
+  end
+  local filler = 0
+  local others = {}
+  for _, l in ipairs(ls) do
+    if l.holder ~= sid then others[#others + 1] = l end
+  end
+  local tok = 'i:' .. token
+  if lease_decide(others, tok, 'I') then
+    lease_set(lkey, tok, 'I', false, now + life)
+    lease_put(ls, {holder = tok, mode = 'I', golden = false, exp = now + life})
+    filler = 1
+  end
+  lease_keep(lkey, ekey, now, ls)
+  return {0, redis.call('GET', mkey) or '0', filler}
+end
+`
 
 // fillScript installs a value computed after a miss if the filler's I
 // lease survived, and gives the lease back either way.

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
@@ -299,6 +304,11 @@ func TestBeginReadAllOneRoundTrip(t *testing.T) {
 	w.commitSet(t, "k:1:a", `{"v":"a"}`)
 	w.commitSet(t, "k:1:p", `{"v":"p"}`)
 	w.commitSet(t, "k:2:q", `{"v":"q"}`)
+	// Loaded, as by the sidecar's first multi-read (a NOSCRIPT costs that
+	// one a round trip more).
+	if err := readAllScript.Load(ctx, w.rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
 	rt := &roundTrips{}
 	w.rdb.AddHook(rt)
 	before := rt.n.Load()
@@ -425,5 +435,78 @@ func TestBeginReadAfterScriptsLost(t *testing.T) {
 		if ls, err := lease.Held(ctx, w.rdb, w.leaseKey(k)); err != nil || len(ls) != 1 || ls[0].Holder != id {
 			t.Errorf("%s's leases %+v (%v), want the session's S", k, ls, err)
 		}
+	}
+}
+
+// scriptRuns counts the runs of one script sent to Redis.
+type scriptRuns struct {
+	sha string
+	n   atomic.Int64
+}
+
+func (h *scriptRuns) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.sha {
+			h.n.Add(1)
+		}
+	}
+}
+func (h *scriptRuns) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptRuns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.count(cmd); return next(ctx, cmd) }
+}
+func (h *scriptRuns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.count(cmds...); return next(ctx, cmds) }
+}
+
+// TestReadAllOneScriptPerPartition: a multi-read's leased keys are read by
+// one script run per partition, each key as a read of its own would: its
+// value, and the session's lease on it.
+func TestReadAllOneScriptPerPartition(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	other := ""
+	for q := 2; other == ""; q++ {
+		if w.svc.keys.Partition(fmt.Sprintf("f/%d", q)) != w.svc.keys.Partition("f/1") {
+			other = strconv.Itoa(q)
+		}
+	}
+	keys := []string{"k:1:a", "k:" + other + ":x", "k:1:b", "k:1:c"}
+	for _, k := range keys {
+		w.commitSet(t, k, `{"v":"`+k+`"}`)
+	}
+	if err := readAllScript.Load(ctx, w.rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	runs := &scriptRuns{sha: readAllScript.Hash()}
+	w.rdb.AddHook(runs)
+	id, vals, _, err := w.svc.BeginReadAll(ctx, Reads{Keys: append(keys, "k:1:a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.n.Load(); n != 2 {
+		t.Errorf("a multi-read of keys in 2 partitions ran the read script %d times, want 2", n)
+	}
+	for i, k := range append(keys, "k:1:a") {
+		if string(vals[i]) != `{"v":"`+k+`"}` {
+			t.Errorf("value %d is %s, want %s's", i, vals[i], k)
+		}
+	}
+	for _, k := range keys {
+		p := w.svc.keys.Partition("f/" + strings.Split(k, ":")[1])
+		if ls, err := lease.Held(ctx, w.rdb, w.svc.keys.LeaseKey(p, k)); err != nil || len(ls) != 1 || ls[0].Holder != id || ls[0].Mode != lease.Shared {
+			t.Errorf("%s's leases %+v (%v), want the session's S", k, ls, err)
+		}
+	}
+
+	// Redis loses its scripts: the next multi-read loads the one it runs.
+	if err := w.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if vals, err := w.svc.ReadMany(ctx, id, keys, false); err != nil || string(vals[3]) != `{"v":"k:1:c"}` {
+		t.Fatalf("a multi-read after the scripts were lost: %q, %v", vals, err)
+	}
+	if ok, err := w.rdb.ScriptExists(ctx, readAllScript.Hash()).Result(); err != nil || !ok[0] {
+		t.Errorf("the multi-read script is not loaded again after a multi-read (%v, %v)", ok, err)
 	}
 }
