@@ -44,9 +44,8 @@ import (
 //	                                       when given, is what the record holds
 //	                                       now (it is not read again)
 //
-// Every redis.call costs a script several microseconds beyond its command
-// on a busy machine (converting arguments and reply, dispatching): the
-// library avoids the calls whose answer the script already knows.
+// The library makes no call whose answer the script already knows: fewer
+// commands for Redis to run, and to replicate.
 const Lua = baseLua + waitLua
 
 const baseLua = `

@@ -43,10 +43,10 @@ func (s *Service) ReadMany(ctx context.Context, id string, keys []string, forUpd
 // key is resolved first: a key that cannot be read (invalid, unmapped)
 // refuses the whole request before any lease is taken. In a session the
 // keys are noted in its record in one round trip and read in one more, a
-// pipeline of readScript runs and the peeks' GETs; outside one every entry
-// is read in one pipeline of GETs (peek). Only the keys that need more — a
-// miss, a lease to wait for or retry — go on alone, concurrently. A key
-// with no value reads as nil. A lease not granted aborts the session, as
+// pipeline of readAllScript runs (one per partition) and the peeks' GETs;
+// outside one every entry is read in one pipeline of GETs (peek). Only the
+// keys that need more — a miss, a lease to wait for or retry — go on
+// alone, concurrently. A key with no value reads as nil. A lease not granted aborts the session, as
 // in Read: the first such error is returned and the values are nil.
 func (s *Service) ReadAll(ctx context.Context, id string, r Reads) (vals, peeked []json.RawMessage, err error) {
 	return s.readMany(ctx, id, 0, r)
@@ -212,15 +212,14 @@ type readGroup struct {
 	cmd  *redis.Cmd
 }
 
-// readFirst notes refs in session id's record, runs readScript once for
-// every ref (as readAllScript, a run per partition) and GETs the entries
-// of prefs: a hit sets vals[i] (pvals[i]);
-// any other answer of readScript (a miss, a lease to wait for or retry)
-// sets firsts[i], for readLeased to go on from. A session that begins here
-// (begin not 0) does all of it in one pipeline, the step that creates its
-// record first; otherwise the note goes first, as the reads wait until the
-// deadline it answers, and the rest in one pipeline. It returns the
-// session's wait plan.
+// readFirst notes refs in session id's record, runs readScript's step once
+// for every ref (readAllScript, a run per partition) and GETs the entries
+// of prefs: a hit sets vals[i] (pvals[i]); any other answer (a miss, a
+// lease to wait for or retry) sets firsts[i], for readLeased to go on
+// from. A session that begins here (begin not 0) does all of it in one
+// pipeline, the step that creates its record first; otherwise the note
+// goes first, as the reads wait until the deadline it answers, and the
+// rest in one pipeline. It returns the session's wait plan.
 func (s *Service) readFirst(ctx context.Context, id string, begin int64, mode string, refs, prefs []ref, vals []json.RawMessage, firsts []*firstRead, pvals []json.RawMessage) (waitPlan, error) {
 	keys := make([]string, len(refs))
 	for i, r := range refs {

@@ -98,8 +98,7 @@ return session_read(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], tonumb
 
 // readAllScript is readScript for several keys of one partition, one
 // after another in one step: a multi-read's keys cost one script run per
-// partition instead of one each (a run's own cost, past its commands, is
-// most of a small read's).
+// partition instead of one each.
 //
 // KEYS: per key, readScript's four. ARGV: 1 session, 2 mode, 3 lifetime
 // ms, 4 session start, 5 wait deadline (as readScript's), then per key
