@@ -33,7 +33,7 @@ func Apply(doc Doc, c Change) (Doc, error) {
 		for k, n := range c.Inc {
 			v, err := addNumber(out[k], n)
 			if err != nil {
-				return nil, fmt.Errorf("change: $inc of %q: %w", k, err)
+				return nil, typeErr([]string{k}, "$inc of %q: %v", k, err)
 			}
 			out[k] = v
 		}
@@ -168,7 +168,7 @@ func Compact(changes []Change) (Effect, error) {
 					if v, ok := e.Set[k]; ok {
 						s, err := addNumber(v, n)
 						if err != nil {
-							return Effect{}, fmt.Errorf("change: $inc of %q: %w", k, err)
+							return Effect{}, typeErr([]string{k}, "$inc of %q: %v", k, err)
 						}
 						e.Set[k] = s
 						continue

@@ -307,3 +307,28 @@ func TestIncOverflow(t *testing.T) {
 		t.Fatal("overflow not reported")
 	}
 }
+
+// TestIncOverflowIsTypeError: an $inc of a column that leaves the 64-bit
+// integers is a TypeError — applied to a document (a read skips it as the
+// store will reject it) and folded into a compacted effect — not an
+// internal error.
+func TestIncOverflowIsTypeError(t *testing.T) {
+	s := testSchema(t)
+	c, err := ParsePatch(s, []byte(`{"$inc":{"n":7000000000000000000}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := Doc{"id": json.RawMessage("1"), "req": json.RawMessage(`"r"`), "n": json.RawMessage("7000000000000000000")}
+	var te *TypeError
+	if _, err := Apply(doc, c); !errors.As(err, &te) || te.Path != "n" {
+		t.Errorf("Apply: %v, want a TypeError of n", err)
+	}
+	put, err := ParsePut(s, "1", []byte(`{"req":"r","n":7000000000000000000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put.Seq, c.Seq = 1, 2
+	if _, err := Compact([]Change{put, c}); !errors.As(err, &te) || te.Path != "n" {
+		t.Errorf("Compact: %v, want a TypeError of n", err)
+	}
+}
