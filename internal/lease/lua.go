@@ -37,8 +37,8 @@ import (
 //	lease_void(lkey, holders)              HDEL each
 //	lease_void_inhibit(lkey, ls)           void every I lease (a change is coming)
 //	lease_put(ls, l)                       l into ls, replacing holder's lease
-//	lease_rest(ls, holder, void) -> bool   whether ls holds a lease of someone
-//	                                       other than holder and the void
+//	lease_rest(ls, holder) -> bool         whether ls holds a lease of someone
+//	                                       other than holder
 //	lease_keep(lkey, ckey, now, ls)        after changes: expire the record when
 //	                                       its leases and the entry are gone; ls,
 //	                                       when given, is what the record holds
@@ -136,15 +136,9 @@ local function lease_put(ls, l)
   end
   ls[#ls + 1] = l
 end
-local function lease_rest(ls, holder, void)
+local function lease_rest(ls, holder)
   for _, l in ipairs(ls) do
-    if l.holder ~= holder then
-      local gone = false
-      for _, h in ipairs(void) do
-        if h == l.holder then gone = true break end
-      end
-      if not gone then return true end
-    end
+    if l.holder ~= holder then return true end
   end
   return false
 end

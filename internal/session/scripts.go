@@ -29,7 +29,7 @@ import (
 // Returns 0 when the session does not exist, else {start, deadline, first,
 // notes} where first is 1 when these are the session's first leases and
 // notes is the record's count of notes, this one included.
-var recordScript = redis.NewScript(`
+var recordScript = redis.NewScript(eachLua + `
 if ARGV[4] ~= '0' then
   if redis.call('HSETNX', KEYS[1], '_', ARGV[4]) == 0 then return 0 end
 elseif redis.call('EXISTS', KEYS[1]) == 0 then
@@ -38,16 +38,10 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- One HMGET reads the record's start, its first lease's time and what it
--- says of each key, one HSET notes the keys (in chunks Lua's unpack
--- takes): a call per field costs more than the fields.
+-- says of each key, one HSET notes the keys (each: in chunks if many).
 local ask = {'_', 'f'}
 for i = 5, #ARGV, 2 do ask[#ask + 1] = ARGV[i] end
-local cur = {}
-for c = 1, #ask, 4000 do
-  for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(ask, c, math.min(c + 3999, #ask)))) do
-    cur[#cur + 1] = v
-  end
-end
+local cur = each('HMGET', KEYS[1], ask)
 local set, x = {}, {}
 for n = 3, #ask do
   local f, m = ask[n], ARGV[2 * n] -- ask[n] is ARGV[2n - 1]
@@ -57,9 +51,7 @@ for n = 3, #ask do
     if m == 'X' then x[f] = true end
   end
 end
-for c = 1, #set, 4000 do
-  redis.call('HSET', KEYS[1], unpack(set, c, math.min(c + 3999, #set)))
-end
+each('HSET', KEYS[1], set)
 local deadline, first = now + tonumber(ARGV[2]), 0
 local f = tonumber(cur[2])
 if f then
@@ -112,6 +104,28 @@ for i = 0, #KEYS / 4 - 1 do
 end
 return out
 `)
+
+// eachLua runs a command over a list too long for one call: each(cmd,
+// key, args) calls cmd with key (nil: none) and args in chunks that Lua's
+// unpack takes (an even number, so field-value pairs stay together) and
+// returns the replies that are arrays, joined.
+const eachLua = `
+local function each(cmd, key, args)
+  local out = {}
+  for c = 1, #args, 4000 do
+    local r
+    if key then
+      r = redis.call(cmd, key, unpack(args, c, math.min(c + 3999, #args)))
+    else
+      r = redis.call(cmd, unpack(args, c, math.min(c + 3999, #args)))
+    end
+    if type(r) == 'table' then
+      for _, v in ipairs(r) do out[#out + 1] = v end
+    end
+  end
+  return out
+end
+`
 
 // readLua is readScript's step as a function of its keys and arguments,
 // at Redis time now: session_read(lease record, entry, mapping, wait
@@ -220,13 +234,13 @@ local start = tonumber(ARGV[6])
 -- commit of it is refused as such, whatever became of its leases
 if redis.call('EXISTS', KEYS[4]) == 1 then return {-4} end
 if ARGV[7] ~= '' and redis.call('HGET', KEYS[#KEYS], 'n') ~= ARGV[7] then return {-5} end
-local voids, held = {}, {}
+local held = {}
 for i = 1, nw do
   local k, a = 6 + 3 * (i - 1), 8 + 4 * (i - 1)
   local ls = lease_load(KEYS[k], KEYS[k + 1], now)
   held[i] = ls
   if ARGV[a] == '1' and not lease_held(ls, sid) then return {-1, 'voided', i} end
-  local _, _, void, blocked, refused = lease_judge(ls, sid, 'X', start)
+  local _, _, _, blocked, refused = lease_judge(ls, sid, 'X', start)
   if refused then return {-2, 'x_on_golden_s', i} end
   if blocked then return {-2, 'x_on_x', i} end
   local want = ARGV[a + 1]
@@ -234,7 +248,6 @@ for i = 1, nw do
     local cur = redis.call('GET', KEYS[k + 1]) or '-'
     if cur ~= want then return {-3, i} end
   end
-  voids[i] = void
 end
 for j = 1, nr do
   local k = 6 + 3 * nw + 2 * (j - 1)
@@ -249,17 +262,12 @@ redis.call('RPUSH', KEYS[2], entry)
 redis.call('ZADD', KEYS[1], 'NX', now, queue)
 redis.call('HINCRBY', KEYS[5], 'sessions', 1)
 redis.call('HINCRBY', KEYS[5], 'bytes', #ARGV[3] + #entry)
--- A record that held only the session's lease and those it voids goes
--- whole: one DEL instead of an HDEL each and a look at what is left.
+-- A written key's X voids every other lease on it (lease_judge: the
+-- others it would not void refused the commit above), and the session's
+-- own goes: its lease record goes whole.
 for i = 1, nw do
   local k, a = 6 + 3 * (i - 1), 8 + 4 * (i - 1)
-  local rest = lease_rest(held[i], sid, voids[i])
-  if rest then
-    lease_void(KEYS[k], voids[i])
-    redis.call('HDEL', KEYS[k], sid)
-  elseif #held[i] > 0 then
-    redis.call('DEL', KEYS[k])
-  end
+  if #held[i] > 0 then redis.call('DEL', KEYS[k]) end
   local new = ARGV[a + 2]
   if new == '-' then
     redis.call('DEL', KEYS[k + 1])
@@ -267,11 +275,10 @@ for i = 1, nw do
     redis.call('SET', KEYS[k + 1], new, 'PX', ARGV[a + 3])
   end
   redis.call('SET', KEYS[k + 2], seq)
-  if rest then lease_keep(KEYS[k], KEYS[k + 1], now) end
 end
 for j = 1, nr do
   local k = 6 + 3 * nw + 2 * (j - 1)
-  if lease_rest(held[nw + j], sid, {}) then
+  if lease_rest(held[nw + j], sid) then
     redis.call('HDEL', KEYS[k], sid)
     lease_keep(KEYS[k], KEYS[k + 1], now)
   else
@@ -291,18 +298,7 @@ return {seq}
 // mappings of the keys the entries' sessions changed. ARGV: 1 queue name,
 // 2 n entries, then the entries, then the last entry's seq.
 // Returns how many it popped.
-var popScript = redis.NewScript(`
--- cmd over keys in chunks that Lua's unpack takes; the replies joined
-local function each(cmd, keys)
-  local out = {}
-  for c = 1, #keys, 4000 do
-    local r = redis.call(cmd, unpack(keys, c, math.min(c + 3999, #keys)))
-    if type(r) == 'table' then
-      for _, v in ipairs(r) do out[#out + 1] = v end
-    end
-  end
-  return out
-end
+var popScript = redis.NewScript(eachLua + `
 local n = tonumber(ARGV[2])
 local got = redis.call('LRANGE', KEYS[2], 0, n - 1)
 local popped = 0
@@ -314,10 +310,10 @@ if popped > 0 then
     objs[i] = KEYS[3 + i]
     bytes = bytes + #got[i]
   end
-  for _, obj in ipairs(each('MGET', objs)) do
+  for _, obj in ipairs(each('MGET', nil, objs)) do
     if obj then bytes = bytes + #obj end
   end
-  each('DEL', objs)
+  each('DEL', nil, objs)
   redis.call('HINCRBY', KEYS[3], 'sessions', -popped)
   redis.call('HINCRBY', KEYS[3], 'bytes', -bytes)
 end
@@ -325,10 +321,10 @@ local last = tonumber(ARGV[3 + n])
 local maps = {}
 for k = 4 + n, #KEYS do maps[#maps + 1] = KEYS[k] end
 local gone = {}
-for i, v in ipairs(each('MGET', maps)) do
+for i, v in ipairs(each('MGET', nil, maps)) do
   if v and tonumber(v) <= last then gone[#gone + 1] = maps[i] end
 end
-each('DEL', gone)
+each('DEL', nil, gone)
 local head = got[popped + 1]
 if popped == #got then head = redis.call('LINDEX', KEYS[2], 0) end
 if not head then

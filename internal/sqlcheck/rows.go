@@ -27,7 +27,7 @@ func SingleRowInsert(d Dialect, sql string) (r RowInsert, ok bool) {
 	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
 		toks = toks[:n-1]
 	}
-	p := &parser{d: d, toks: toks}
+	p := &parser{d: d, toks: toks, funcs: map[string]bool{}}
 	if !p.accept("insert") || !p.accept("into") {
 		return RowInsert{}, false
 	}
@@ -40,14 +40,11 @@ func SingleRowInsert(d Dialect, sql string) (r RowInsert, ok bool) {
 			return RowInsert{}, false
 		}
 	}
-	if !p.accept("values") || !p.isP("(") {
-		return RowInsert{}, false
+	start := p.i + 1
+	if !p.accept("values") || p.list(p.expr) != nil || !p.done() {
+		return RowInsert{}, false // no row, or a second row, ON …, anything after the row
 	}
-	start := p.i
-	end := closing(toks, start)
-	if end != len(toks)-1 {
-		return RowInsert{}, false // a second row, ON …, or anything else after the row
-	}
+	end := p.i - 1
 	from, to := toks[start].Pos, toks[end].End
 	r = RowInsert{d: d, head: sql[:from], row: sql[from:to]}
 	for _, t := range toks[start:end] {
@@ -88,29 +85,6 @@ func (r RowInsert) Rows(n, params int) string {
 		b = append(b, r.row[at:]...)
 	}
 	return string(b)
-}
-
-// closing returns the index of the parenthesis closing the one at
-// toks[i], or -1 when the statement ends (or a ; comes) first.
-func closing(toks []Token, i int) int {
-	depth := 0
-	for ; i < len(toks); i++ {
-		t := toks[i]
-		if t.Kind != Punct {
-			continue
-		}
-		switch t.Text {
-		case "(":
-			depth++
-		case ")":
-			if depth--; depth == 0 {
-				return i
-			}
-		case ";":
-			return -1
-		}
-	}
-	return -1
 }
 
 // clocks are the functions whose value depends on when a statement runs.
