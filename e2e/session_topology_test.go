@@ -17,6 +17,9 @@ func TestSessionCluster(t *testing.T) {
 	path := b.config(addr, "", "")
 	rewriteRedis(t, path, clusterRedis(1))
 	sc := start(t, path, addr)
+	waitFor(t, 15*time.Second, "writeback_redis_replicas_in_sync to read 1 (every primary's replica in sync)", func() bool {
+		return metricValue(t, addr, "writeback_redis_replicas_in_sync") == 1
+	})
 	var st bankStats
 	model := bankRun(t, b, sc, 16, 5*time.Second, false, &st)
 	checkBank(t, b, sc, model)

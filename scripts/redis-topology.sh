@@ -131,6 +131,19 @@ cluster_up() {
 		sleep 0.1
 	done
 	[ "$ok" = 1 ] || die "the cluster did not reach cluster_state:ok on every node within 30 s"
+	# cluster_state:ok comes before the replicas' first full sync ends: a
+	# sidecar with redis.replicas would refuse writes until it does.
+	for _ in $(seq 1 300); do
+		ok=1
+		for port in "${cluster_ports[@]}"; do
+			if redis-cli -h "$host" -p "$port" info replication | grep -q '^role:master'; then
+				redis-cli -h "$host" -p "$port" info replication | grep -q 'state=online' || { ok=0; break; }
+			fi
+		done
+		[ "$ok" = 1 ] && break
+		sleep 0.1
+	done
+	[ "$ok" = 1 ] || die "the cluster's replicas did not finish syncing within 30 s; see $dir/*/log"
 	say "cluster: up on $host:7000-7005 (3 primaries, 3 replicas)"
 }
 
