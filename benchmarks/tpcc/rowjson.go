@@ -3,7 +3,12 @@ package tpcc
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/writeback/writeback/internal/jsonscan"
 )
 
 // The sidecar's entries are compact JSON objects of one row's columns (or
@@ -19,7 +24,7 @@ import (
 func decodeJSON(raw []byte, v any) error {
 	switch into := v.(type) {
 	case *Row:
-		if r, rest, ok := scanRow(raw); ok && len(rest) == 0 {
+		if r, rest, ok := scanRow(raw, 0); ok && len(rest) == 0 {
 			*into = r
 			return nil
 		}
@@ -45,7 +50,11 @@ func scanRows(b []byte) ([]Row, bool) {
 		return rows, len(b) == 1
 	}
 	for {
-		r, rest, ok := scanRow(b)
+		size := 0 // the previous row's columns: an array's rows are alike
+		if len(rows) > 0 {
+			size = len(rows[len(rows)-1])
+		}
+		r, rest, ok := scanRow(b, size)
 		if !ok || len(rest) == 0 {
 			return nil, false
 		}
@@ -61,19 +70,20 @@ func scanRows(b []byte) ([]Row, bool) {
 	}
 }
 
-// scanRow scans a flat object at the start of b and returns the rest.
-func scanRow(b []byte) (Row, []byte, bool) {
+// scanRow scans a flat object, of about size columns, at the start of b
+// and returns the rest.
+func scanRow(b []byte, size int) (Row, []byte, bool) {
 	if len(b) < 2 || b[0] != '{' {
 		return nil, nil, false
 	}
-	r := Row{}
+	r := make(Row, size)
 	b = b[1:]
 	if b[0] == '}' {
 		return r, b[1:], true
 	}
 	for {
-		key, rest, ok := scanString(b)
-		if !ok || !utf8.ValidString(key) || len(rest) == 0 || rest[0] != ':' {
+		key, rest, ok := scanName(b)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
 			return nil, nil, false
 		}
 		var v any
@@ -92,20 +102,73 @@ func scanRow(b []byte) (Row, []byte, bool) {
 	}
 }
 
-// scanString scans a string without escapes or control characters.
-func scanString(b []byte) (string, []byte, bool) {
-	if len(b) == 0 || b[0] != '"' {
+// names holds the column names scanned so far, so that every row's keys
+// are the same strings rather than new ones each: read without a lock,
+// replaced whole (rarely: the schema's columns are few) to add one.
+var names struct {
+	sync.Mutex // serializes the replacements
+	m          atomic.Pointer[map[string]string]
+}
+
+// maxNames bounds names, whatever keys the entries hold.
+const maxNames = 1024
+
+// scanName is scanString for a column name, valid UTF-8, returned as the
+// string names holds.
+func scanName(b []byte) (string, []byte, bool) {
+	end, ok := stringEnd(b)
+	if !ok {
 		return "", nil, false
+	}
+	raw := b[1 : end-1]
+	if m := names.m.Load(); m != nil {
+		if s, ok := (*m)[string(raw)]; ok {
+			return s, b[end:], true
+		}
+	}
+	if !utf8.Valid(raw) {
+		return "", nil, false
+	}
+	s := string(raw)
+	names.Lock()
+	defer names.Unlock()
+	old := names.m.Load()
+	if old == nil || len(*old) < maxNames {
+		m := make(map[string]string, 1)
+		if old != nil {
+			m = make(map[string]string, len(*old)+1)
+			maps.Copy(m, *old)
+		}
+		m[s] = s
+		names.m.Store(&m)
+	}
+	return s, b[end:], true
+}
+
+// stringEnd returns the end of the string without escapes or control
+// characters at the start of b (just past its closing quote).
+func stringEnd(b []byte) (int, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return 0, false
 	}
 	for i := 1; i < len(b); i++ {
 		switch c := b[i]; {
 		case c == '"':
-			return string(b[1:i]), b[i+1:], true
+			return i + 1, true
 		case c == '\\' || c < 0x20:
-			return "", nil, false
+			return 0, false
 		}
 	}
-	return "", nil, false
+	return 0, false
+}
+
+// scanString scans a string without escapes or control characters.
+func scanString(b []byte) (string, []byte, bool) {
+	end, ok := stringEnd(b)
+	if !ok {
+		return "", nil, false
+	}
+	return string(b[1 : end-1]), b[end:], true
 }
 
 // scanValue scans a string (without escapes), a number, null, true or
@@ -129,48 +192,9 @@ func scanValue(b []byte) (any, []byte, bool) {
 	case 'f':
 		return false, b[min(5, len(b)):], bytes.HasPrefix(b, []byte("false"))
 	}
-	n := numberLen(b)
+	n := jsonscan.NumberLen(b)
 	if n == 0 {
 		return nil, nil, false
 	}
 	return json.Number(b[:n]), b[n:], true
-}
-
-// numberLen is the length of the JSON number at the start of b (0: none):
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func numberLen(b []byte) int {
-	i := 0
-	digits := func() int {
-		n := 0
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case digits() == 0:
-		return 0
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
-			return 0
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return 0
-		}
-	}
-	return i
 }

@@ -477,7 +477,8 @@ func (s *Service) commitQueue(ctx context.Context, id string, pl *plan, b commit
 				return 0, fmt.Errorf("session: commit: %w", err)
 			}
 		}
-		args := []any{id, pl.queue, string(obj), len(pl.writes), len(readOnly), age, notes}
+		args := make([]any, 0, 7+4*len(pl.writes))
+		args = append(args, id, pl.queue, obj, len(pl.writes), len(readOnly), age, notes)
 		for i, w := range pl.writes {
 			r := "0"
 			if _, ok := read[w.key]; ok {

@@ -13,10 +13,12 @@ import (
 // parser (objParser), which slices the statement texts and arguments out
 // of the body instead of walking them through encoding/json's reflection
 // (most of a commit's decoding time); anything else goes to encoding/json,
-// so the result, and whether there is an error, are always its.
+// so the result, and whether there is an error, are always its. The raw
+// values of the result may be slices of body: leave body as it is while
+// the request is in use.
 func DecodeCommit(body []byte) (CommitRequest, error) {
 	var req CommitRequest
-	if fastCommit(string(body), &req) {
+	if fastCommitBytes(body, &req) {
 		return req, nil
 	}
 	req = CommitRequest{}
@@ -35,10 +37,21 @@ func DecodeCommit(body []byte) (CommitRequest, error) {
 // object.
 var ErrTrailing = errors.New("the commit body holds more than one JSON value")
 
+// fastCommitBytes is fastCommit on body, whose raw values (arguments,
+// patches, values set) req then holds as slices of body, not copies.
+func fastCommitBytes(body []byte, req *CommitRequest) bool {
+	return parseCommit(objParser{s: string(body), b: body}, req)
+}
+
 // fastCommit is DecodeCommit's own parser; false: not the shape it reads
 // (req is then partly set).
 func fastCommit(s string, req *CommitRequest) bool {
-	p := objParser{s: s}
+	return parseCommit(objParser{s: s}, req)
+}
+
+// parseCommit is fastCommit with p.
+func parseCommit(p objParser, req *CommitRequest) bool {
+	s := p.s
 	if !p.lit("{") {
 		return false
 	}
@@ -69,11 +82,11 @@ func fastCommit(s string, req *CommitRequest) bool {
 			v    *json.RawMessage
 		}{{"patch", &c.Patch}, {"set", &c.Set}} {
 			if p.lit(`,"` + f.name + `":`) {
-				v, ok := p.value()
+				v, ok := p.raw()
 				if !ok {
 					return false
 				}
-				*f.v = json.RawMessage(v)
+				*f.v = v
 			}
 		}
 		if p.lit(`,"delete":true`) {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/jsonscan"
 	"github.com/writeback/writeback/internal/store"
 )
 
@@ -33,7 +34,7 @@ func decodeObject(text string, o *Object) error {
 // fastObject is decodeObject's own parser; false: not the shape it reads
 // (o is then partly set).
 func fastObject(s string, o *Object) bool {
-	p := objParser{s: s}
+	p := objParser{s: s, b: []byte(s)}
 	if !p.lit(`{"id":`) || !p.str(&o.ID) || !p.lit(`,"queue":`) || !p.str(&o.Queue) || !p.lit(`,"at":`) || !p.int(&o.At) {
 		return false
 	}
@@ -54,6 +55,12 @@ func fastObject(s string, o *Object) bool {
 type objParser struct {
 	s string
 	i int
+	// b, when set, holds s's bytes: the raw values read are slices of
+	// it, not copies each.
+	b []byte
+	// args backs the statements' arguments, so that a statement's do not
+	// cost an allocation each as its slice grows.
+	args []json.RawMessage
 }
 
 // lit consumes lit if the text continues with it.
@@ -110,12 +117,16 @@ func (p *objParser) statements(out *[]store.Statement) bool {
 		if !p.lit(`{"sql":`) || !p.str(&st.SQL) {
 			return false
 		}
-		if p.lit(`,"args":[`) && !p.list(func() bool {
-			v, ok := p.value()
-			st.Args = append(st.Args, json.RawMessage(v))
-			return ok
-		}) {
-			return false
+		if p.lit(`,"args":[`) {
+			from := len(p.args)
+			if !p.list(func() bool {
+				v, ok := p.raw()
+				p.args = append(p.args, v)
+				return ok
+			}) {
+				return false
+			}
+			st.Args = p.args[from:len(p.args):len(p.args)]
 		}
 		*out = append(*out, st)
 		return p.lit(`}`)
@@ -147,6 +158,16 @@ func (p *objParser) value() (string, bool) {
 	v := p.s[p.i:end]
 	p.i = end
 	return v, true
+}
+
+// raw reads one JSON value, as it is written, as a slice of b when set.
+func (p *objParser) raw() (json.RawMessage, bool) {
+	from := p.i
+	v, ok := p.value()
+	if p.b != nil {
+		return p.b[from:p.i:p.i], ok
+	}
+	return json.RawMessage(v), ok
 }
 
 // maxValueDepth bounds the nesting valueEnd follows.
@@ -203,7 +224,7 @@ func valueEnd(s string, i, depth int) (int, bool) {
 		for j < len(s) && strings.IndexByte("-+.eE0123456789", s[j]) >= 0 {
 			j++
 		}
-		if !isNumber(s[i:j]) {
+		if !jsonscan.IsNumber(s[i:j]) {
 			return 0, false
 		}
 		return j, true
@@ -254,46 +275,6 @@ func stringEnd(s string, i int) (end int, escaped, ok bool) {
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// isNumber reports whether s is a JSON number.
-func isNumber(s string) bool {
-	i := 0
-	if i < len(s) && s[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(s) && s[i] == '0':
-		i++
-	case i < len(s) && s[i] >= '1' && s[i] <= '9':
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if i >= len(s) || s[i] < '0' || s[i] > '9' {
-			return false
-		}
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if i >= len(s) || s[i] < '0' || s[i] > '9' {
-			return false
-		}
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	}
-	return i == len(s)
 }
 
 // unquote decodes the inside of a JSON string that stringEnd accepted, as

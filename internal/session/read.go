@@ -268,6 +268,9 @@ func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, to
 }
 
 func compactJSON(v json.RawMessage) (json.RawMessage, error) {
+	if end, ok := valueEnd(string(v), 0, 0); ok && end == len(v) {
+		return v, nil // valid and compact already (valueEnd takes no spaces)
+	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, v); err != nil {
 		return nil, err

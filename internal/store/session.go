@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/writeback/writeback/internal/jsonenc"
 )
 
 // AppliedSessionsTable holds the id of every session applied (Design 2),
@@ -180,6 +182,9 @@ func argValue(dialect string, v json.RawMessage) (any, error) {
 	case 'f':
 		return false, nil
 	case '"':
+		if s, ok := plainJSONString(string(v)); ok {
+			return s, nil
+		}
 		var s string
 		if err := json.Unmarshal(v, &s); err != nil {
 			return nil, err
@@ -191,7 +196,7 @@ func argValue(dialect string, v json.RawMessage) (any, error) {
 		}
 		return string(v), nil
 	}
-	if !json.Valid(v) {
+	if !isJSONNumber(v) { // the only JSON left
 		return nil, fmt.Errorf("invalid JSON argument %q", v)
 	}
 	if dialect == "postgres" {
@@ -230,47 +235,60 @@ const (
 	jsonRaw                    // the text is JSON (json, jsonb)
 )
 
-// columnJSON renders one column's text (nil: NULL) as JSON.
-func columnJSON(k jsonKind, text []byte, valid bool) json.RawMessage {
+// appendColumn appends one column's text (valid false: NULL) as JSON.
+func appendColumn(b []byte, k jsonKind, text []byte, valid bool) []byte {
 	if !valid {
-		return json.RawMessage("null")
+		return append(b, "null"...)
 	}
 	switch k {
 	case jsonNumber:
 		if isJSONNumber(text) {
-			return json.RawMessage(append([]byte(nil), text...))
+			return append(b, text...)
 		}
 	case jsonBool:
 		switch string(text) {
 		case "t", "1", "true", "TRUE":
-			return json.RawMessage("true")
+			return append(b, "true"...)
 		case "f", "0", "false", "FALSE":
-			return json.RawMessage("false")
+			return append(b, "false"...)
 		}
 	case jsonRaw:
 		if json.Valid(text) {
-			return json.RawMessage(append([]byte(nil), text...))
+			return append(b, text...)
 		}
 	}
-	b, _ := json.Marshal(string(text))
-	return b
+	return jsonenc.String(b, string(text))
 }
 
-// rowObject writes one row as a JSON object, columns in order.
-func rowObject(cols []string, vals []json.RawMessage) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('{')
+// rowJSON renders the rows of one result as JSON objects, columns in
+// order.
+type rowJSON struct {
+	keys  []string // each column's name JSON-encoded, and a colon
+	kinds []jsonKind
+}
+
+func newRowJSON(cols []string, kinds []jsonKind) rowJSON {
+	keys := make([]string, len(cols))
 	for i, c := range cols {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(c)
-		b.Write(k)
-		b.WriteByte(':')
-		b.Write(vals[i])
+		keys[i] = string(append(jsonenc.String(nil, c), ':'))
 	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return rowJSON{keys: keys, kinds: kinds}
+}
+
+// row renders one row of column texts (nil: NULL) into one buffer.
+func row[T ~[]byte](rj rowJSON, vals []T) json.RawMessage {
+	n := 2
+	for i, v := range vals {
+		n += len(rj.keys[i]) + len(v) + 8 // a comma, quotes, a few escapes
+	}
+	b := append(make([]byte, 0, n), '{')
+	for i, v := range vals {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendColumn(append(b, rj.keys[i]...), rj.kinds[i], v, v != nil)
+	}
+	return append(b, '}')
 }
 
 // sessionCompactChunk bounds the ids one compaction statement names.

@@ -334,6 +334,7 @@ func (s *myStore) QueryJSON(ctx context.Context, query string, args ...any) ([]j
 	for i, ct := range cts {
 		cols[i], kinds[i] = ct.Name(), myJSONKind(ct.DatabaseTypeName())
 	}
+	rj := newRowJSON(cols, kinds)
 	var out []json.RawMessage
 	raw := make([]sql.RawBytes, len(cts))
 	dest := make([]any, len(cts))
@@ -344,11 +345,7 @@ func (s *myStore) QueryJSON(ctx context.Context, query string, args ...any) ([]j
 		if err := rows.Scan(dest...); err != nil {
 			return nil, wrapErr("query", err, myPermanent)
 		}
-		vals := make([]json.RawMessage, len(raw))
-		for i, r := range raw {
-			vals[i] = columnJSON(kinds[i], r, r != nil)
-		}
-		out = append(out, rowObject(cols, vals))
+		out = append(out, row(rj, raw))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrapErr("query", err, myPermanent)

@@ -305,14 +305,10 @@ func (s *pgStore) QueryJSON(ctx context.Context, query string, args ...any) ([]j
 	for i, fd := range fds {
 		cols[i], kinds[i] = fd.Name, pgJSONKind(fd.DataTypeOID)
 	}
+	rj := newRowJSON(cols, kinds)
 	var out []json.RawMessage
 	for rows.Next() {
-		raw := rows.RawValues()
-		vals := make([]json.RawMessage, len(raw))
-		for i, r := range raw {
-			vals[i] = columnJSON(kinds[i], r, r != nil)
-		}
-		out = append(out, rowObject(cols, vals))
+		out = append(out, row(rj, rows.RawValues()))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrapErr("query", err, pgPermanent)

@@ -469,3 +469,63 @@ func TestApplySessionsLockHeldElsewhere(t *testing.T) {
 		require.Equal(t, map[int64]string{1: "1.00"}, h.balances(t, tbl))
 	})
 }
+
+// QueryJSON renders every kind of column as encoding/json would render
+// the value: numbers as they are, booleans as the store has them (MariaDB's
+// are tinyint), JSON columns as JSON (MariaDB's JSON is text: a string),
+// text (quotes, <>&, non-ASCII, control characters) as a JSON string, NULL
+// as null; and a session's string arguments (plain and escaped) arrive
+// as the strings they encode.
+func TestQueryJSONKinds(t *testing.T) {
+	ddl := map[string]string{
+		"postgres": "CREATE TABLE %s (id bigint PRIMARY KEY, n numeric(8,2), f double precision, b boolean, j jsonb, s text, z text)",
+		"mysql":    "CREATE TABLE %s (id bigint PRIMARY KEY, n decimal(8,2), f double, b boolean, j json, s text, z text)",
+	}
+	text := "q\"uote <b>&amp; é \u2028 tab\t back\\slash"
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		tbl := h.table(t, ddl)
+		ins := fmt.Sprintf("INSERT INTO %s (id, n, f, b, j, s, z) VALUES (%s, %s, %s, %s, %s, %s, %s)", tbl,
+			h.ph(1), h.ph(2), h.ph(3), h.ph(4), h.ph(5), h.ph(6), h.ph(7))
+		quoted, err := json.Marshal(text)
+		require.NoError(t, err)
+		s := Session{ID: newSessionID(t), Queue: "kinds/1", Seq: 1, Statements: []Statement{
+			{SQL: ins, Args: args("1", "12.50", "-1.5e-3", "true", `"{\"a\":[1,2]}"`, string(quoted), "null")},
+			{SQL: ins, Args: args("2", "0", "2", "false", `"[]"`, `"plain"`, `"z"`)},
+		}}
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), []string{s.ID}) })
+		applied, err := ss.ApplySessions(t.Context(), []Session{s})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+
+		rows, err := ss.QueryJSON(t.Context(), "SELECT id, n, f, b, j, s, z FROM "+tbl+" ORDER BY id")
+		require.NoError(t, err)
+		require.Len(t, rows, 2)
+		type row struct {
+			ID int64           `json:"id"`
+			N  json.Number     `json:"n"`
+			F  float64         `json:"f"`
+			B  json.RawMessage `json:"b"`
+			J  any             `json:"j"`
+			S  string          `json:"s"`
+			Z  *string         `json:"z"`
+		}
+		var got [2]row
+		for i, r := range rows {
+			require.True(t, json.Valid(r), "row %d is not JSON: %s", i, r)
+			dec := json.NewDecoder(strings.NewReader(string(r)))
+			dec.DisallowUnknownFields()
+			require.NoError(t, dec.Decode(&got[i]), "row %s", r)
+		}
+		yes, no := "true", "false"
+		var j1, j2 any = map[string]any{"a": []any{1.0, 2.0}}, []any{}
+		if h.driver == "mysql" {
+			yes, no, j1, j2 = "1", "0", `{"a":[1,2]}`, "[]"
+		}
+		z := "z"
+		require.Equal(t, row{ID: 1, N: "12.50", F: -1.5e-3, B: json.RawMessage(yes), J: j1, S: text}, got[0])
+		require.Equal(t, row{ID: 2, N: "0.00", F: 2, B: json.RawMessage(no), J: j2, S: "plain", Z: &z}, got[1])
+		// Columns in the query's order.
+		require.True(t, strings.HasPrefix(string(rows[0]), `{"id":1,"n":12.50,`), "row %s", rows[0])
+	})
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/jsonscan"
 )
 
 // dialect is what differs between the SQL of PostgreSQL and MySQL when the
@@ -327,7 +329,8 @@ func incArg(c change.Column, amount json.Number) (any, error) {
 }
 
 func isJSONNumber(v []byte) bool {
-	return len(v) > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) && json.Valid(v)
+	// json.Valid's answer, which allows whitespace after the number
+	return jsonscan.IsNumber(bytes.TrimRight(v, " \t\r\n"))
 }
 
 func permanentf(format string, args ...any) error {

@@ -78,9 +78,29 @@ func appendCommit(b []byte, c Commit) ([]byte, error) {
 
 // encodeCommit is c's body.
 func encodeCommit(c Commit) (json.RawMessage, error) {
-	b, err := appendCommit(make([]byte, 0, 256), c)
+	b, err := appendCommit(make([]byte, 0, commitSize(c)), c)
 	if err != nil {
 		return nil, fmt.Errorf("client: encoding the request: %w", err)
 	}
 	return b, nil
+}
+
+// commitSize guesses the bytes of c's body, so that appending it rarely
+// grows the buffer: its strings, and a few bytes for every argument and
+// value encoded.
+func commitSize(c Commit) int {
+	n := 64 + len(c.Queue)
+	for _, st := range c.Statements {
+		n += 16 + len(st.SQL) + 24*len(st.Args)
+	}
+	for _, ch := range c.Cache {
+		n += 96 + len(ch.Key)
+		if raw, ok := ch.Set.(json.RawMessage); ok {
+			n += len(raw)
+		}
+	}
+	for _, k := range c.Affects {
+		n += 4 + len(k)
+	}
+	return n
 }
