@@ -148,18 +148,8 @@ func scanName(b []byte) (string, []byte, bool) {
 // stringEnd returns the end of the string without escapes or control
 // characters at the start of b (just past its closing quote).
 func stringEnd(b []byte) (int, bool) {
-	if len(b) == 0 || b[0] != '"' {
-		return 0, false
-	}
-	for i := 1; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, true
-		case c == '\\' || c < 0x20:
-			return 0, false
-		}
-	}
-	return 0, false
+	end, escaped, ok := jsonscan.StringEnd(b, 0)
+	return end, ok && !escaped
 }
 
 // scanString scans a string without escapes or control characters.

@@ -1,7 +1,10 @@
 package change
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"maps"
 	"testing"
 )
 
@@ -56,6 +59,14 @@ func fuzzTargets(t testing.TB) []fuzzTarget {
 
 // fuzzCheck is FuzzParse's check of one body.
 func fuzzCheck(t *testing.T, targets []fuzzTarget, body []byte) {
+	if m, ok := compactObject(body); ok {
+		// decodeObject's shortcut: encoding/json's decoder agrees.
+		var want map[string]json.RawMessage
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&want); err != nil || dec.More() || !maps.EqualFunc(m, want, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
+			t.Fatalf("compactObject(%q) = %q; encoding/json: %q, %v", body, m, want, err)
+		}
+	}
 	for _, tg := range targets {
 		c, err := tg.parse(body)
 		if err != nil {
@@ -99,6 +110,37 @@ func fuzzCheck(t *testing.T, targets []fuzzTarget, body []byte) {
 		if err1 != nil || err2 != nil || !docEqual(once, want) || !docEqual(twice, want) {
 			t.Fatalf("Idempotent %s: once %s (%v), twice %s (%v), want %s",
 				changesString(conv), docString(once), err1, docString(twice), err2, docString(want))
+		}
+	}
+}
+
+// decodeObject's shortcut takes the compact shape, keeps a repeated key's
+// last value as encoding/json does, and leaves everything else to it.
+func TestCompactObject(t *testing.T) {
+	for body, want := range map[string]map[string]string{
+		`{"$inc":{"n":1},"$set":{"s":"x"}}`: {"$inc": `{"n":1}`, "$set": `{"s":"x"}`},
+		`{"a":1,"a":[2]}`:                   {"a": `[2]`},
+		`{}`:                                {},
+		`{"a\u0062":1}`:                     nil, // an escaped key
+		`{"a": 1}`:                          nil, // whitespace
+		`{"a":1}x`:                          nil,
+		`{"a":01}`:                          nil,
+		`[1]`:                               nil,
+	} {
+		got, ok := compactObject([]byte(body))
+		if want == nil {
+			if ok {
+				t.Errorf("compactObject(%s) took it: %q", body, got)
+			}
+			continue
+		}
+		if !ok || len(got) != len(want) {
+			t.Fatalf("compactObject(%s) = %q, %v, want %q", body, got, ok, want)
+		}
+		for k, v := range want {
+			if string(got[k]) != v {
+				t.Errorf("compactObject(%s)[%q] = %s, want %s", body, k, got[k], v)
+			}
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/writeback/writeback/internal/jsonscan"
 )
 
 // ParsePut validates a whole document for a Put of id (already canonical).
@@ -334,6 +336,10 @@ func decodeObject(body []byte, dst *map[string]json.RawMessage) error {
 	if body[0] != '{' {
 		return invalid("the request body must be a JSON object")
 	}
+	if m, ok := compactObject(body); ok {
+		*dst = m
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(dst); err != nil {
@@ -346,6 +352,43 @@ func decodeObject(body []byte, dst *map[string]json.RawMessage) error {
 		return invalid("malformed JSON: unexpected data after the object")
 	}
 	return nil
+}
+
+// compactObject is decodeObject's answer for the shape json.Marshal
+// writes — no whitespace, keys without escapes — read without
+// encoding/json's decoder, the values slices of one copy of body; false for anything
+// else (which the decoder then reads or refuses). As the decoder's, a key
+// given twice keeps its last value.
+func compactObject(body []byte) (map[string]json.RawMessage, bool) {
+	if len(body) < 2 || body[0] != '{' {
+		return nil, false
+	}
+	body = bytes.Clone(body) // one copy for the values: the caller's buffer may be reused
+	m := map[string]json.RawMessage{}
+	i := 1
+	if len(body) == 2 && body[1] == '}' {
+		return m, true
+	}
+	for {
+		end, escaped, ok := jsonscan.StringEnd(body, i)
+		if !ok || escaped || end >= len(body) || body[end] != ':' || !utf8.Valid(body[i+1:end-1]) {
+			return nil, false
+		}
+		key := string(body[i+1 : end-1])
+		vend, ok := jsonscan.ValueEnd(body, end+1)
+		if !ok || vend >= len(body) {
+			return nil, false
+		}
+		m[key] = body[end+1 : vend : vend]
+		switch body[vend] {
+		case ',':
+			i = vend + 1
+		case '}':
+			return m, vend+1 == len(body)
+		default:
+			return nil, false
+		}
+	}
 }
 
 func jsonMsg(err error) string {

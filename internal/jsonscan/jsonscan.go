@@ -1,11 +1,124 @@
-// Package jsonscan reads the pieces of JSON texts that the hot paths
-// check without encoding/json's scanner: numbers, by the grammar of RFC
-// 8259 (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?).
+// Package jsonscan finds and checks the pieces of compact JSON texts —
+// values, strings, numbers — that the hot paths read without
+// encoding/json's scanner, by the grammar of RFC 8259: what it accepts,
+// encoding/json accepts (every text here has no whitespace, as
+// json.Marshal writes it; with whitespace, callers go to encoding/json).
 package jsonscan
+
+// MaxDepth bounds the nesting ValueEnd follows.
+const MaxDepth = 64
+
+// ValueEnd returns the end of the JSON value starting at s[i], which has
+// no whitespace around or inside it (outside its strings), and whether
+// there is one (nested no deeper than MaxDepth).
+func ValueEnd[T ~string | ~[]byte](s T, i int) (int, bool) {
+	return valueEnd(s, i, 0)
+}
+
+func valueEnd[T ~string | ~[]byte](s T, i, depth int) (int, bool) {
+	if i >= len(s) || depth > MaxDepth {
+		return 0, false
+	}
+	switch c := s[i]; {
+	case c == '"':
+		end, _, ok := StringEnd(s, i)
+		return end, ok
+	case c == '[' || c == '{':
+		closer := byte(']')
+		if c == '{' {
+			closer = '}'
+		}
+		i++
+		if i < len(s) && s[i] == closer {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				end, _, ok := StringEnd(s, i)
+				if !ok || end >= len(s) || s[end] != ':' {
+					return 0, false
+				}
+				i = end + 1
+			}
+			end, ok := valueEnd(s, i, depth+1)
+			if !ok || end >= len(s) {
+				return 0, false
+			}
+			i = end + 1
+			switch s[end] {
+			case ',':
+			case closer:
+				return i, true
+			default:
+				return 0, false
+			}
+		}
+	case c == 't':
+		return literalEnd(s, i, "true")
+	case c == 'f':
+		return literalEnd(s, i, "false")
+	case c == 'n':
+		return literalEnd(s, i, "null")
+	}
+	if n := NumberLen(s[i:]); n > 0 {
+		return i + n, true
+	}
+	return 0, false
+}
+
+func literalEnd[T ~string | ~[]byte](s T, i int, lit string) (int, bool) {
+	if len(s)-i < len(lit) || string(s[i:i+len(lit)]) != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// StringEnd returns the end of the JSON string starting at s[i] (just
+// past its closing quote) and whether it holds escapes. It accepts only
+// what JSON does: no control characters, and only JSON's escapes.
+func StringEnd[T ~string | ~[]byte](s T, i int) (end int, escaped, ok bool) {
+	if i >= len(s) || s[i] != '"' {
+		return 0, false, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '"':
+			return j + 1, escaped, true
+		case c == '\\':
+			escaped = true
+			j++
+			if j >= len(s) {
+				return 0, false, false
+			}
+			switch s[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(s) {
+					return 0, false, false
+				}
+				for k := j + 1; k <= j+4; k++ {
+					if !isHex(s[k]) {
+						return 0, false, false
+					}
+				}
+				j += 4
+			default:
+				return 0, false, false
+			}
+		case c < 0x20:
+			return 0, false, false
+		}
+	}
+	return 0, false, false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
 
 // NumberLen returns the length of the JSON number at the start of s, 0
 // when s does not start with one.
-func NumberLen[T string | []byte](s T) int {
+func NumberLen[T ~string | ~[]byte](s T) int {
 	i := 0
 	digits := func() int {
 		n := 0
@@ -43,7 +156,7 @@ func NumberLen[T string | []byte](s T) int {
 }
 
 // IsNumber reports whether s is one JSON number.
-func IsNumber[T string | []byte](s T) bool {
+func IsNumber[T ~string | ~[]byte](s T) bool {
 	n := NumberLen(s)
 	return n > 0 && n == len(s)
 }

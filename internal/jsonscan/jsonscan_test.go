@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -29,14 +30,50 @@ func TestIsNumber(t *testing.T) {
 	}
 }
 
-// FuzzIsNumber: IsNumber and encoding/json agree.
-func FuzzIsNumber(f *testing.F) {
-	f.Add("-1.5e3")
-	f.Add("01")
+// compact is encoding/json's answer for ValueEnd: s is one valid JSON
+// value with no whitespace outside its strings.
+func compact(s string) bool {
+	var b bytes.Buffer
+	return json.Valid([]byte(s)) && json.Compact(&b, []byte(s)) == nil && b.String() == s
+}
+
+// ValueEnd finds the end of compact values and refuses the rest.
+func TestValueEnd(t *testing.T) {
+	for _, s := range []string{`{"a":[1,2,{"b":null}],"c":"x\"y\u00e9"}`, `[]`, `{}`, `"s"`, `-1.5e3`, `true`, `false`, `null`, `[[[]]]`,
+		`{"a":1,}`, `[1,]`, `{"a" :1}`, `[1 ,2]`, `01`, `"\x"`, `"\u12"`, "\"tab\t\"", `{"a"}`, `tru`, `nul`, `[1-2]`, `{`, `"`, ``, `1.`, `.5`} {
+		end, ok := ValueEnd(s, 0)
+		if got, want := ok && end == len(s), compact(s); got != want {
+			t.Errorf("ValueEnd(%q) = %d, %v; encoding/json says compact: %v", s, end, ok, want)
+		}
+	}
+	if end, ok := ValueEnd(`[1,2],"x"`, 0); !ok || end != 5 {
+		t.Errorf("ValueEnd of a value followed by more = %d, %v, want 5, true", end, ok)
+	}
+	deep := strings.Repeat("[", MaxDepth+2) + strings.Repeat("]", MaxDepth+2)
+	if _, ok := ValueEnd(deep, 0); ok {
+		t.Errorf("ValueEnd followed %d levels, more than MaxDepth", MaxDepth+2)
+	}
+	if end, escaped, ok := StringEnd([]byte(`"a\nb",`), 0); !ok || !escaped || end != 6 {
+		t.Errorf("StringEnd = %d, %v, %v, want 6, true, true", end, escaped, ok)
+	}
+}
+
+// FuzzScan: IsNumber and ValueEnd agree with encoding/json (within
+// ValueEnd's depth).
+func FuzzScan(f *testing.F) {
+	for _, s := range []string{"-1.5e3", "01", `{"a":[1,"x\u00e9"]}`, `[1, 2]`, `"\q"`} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
-		want := number(s)
-		if got := IsNumber(s); got != want {
+		if got, want := IsNumber(s), number(s); got != want {
 			t.Fatalf("IsNumber(%q) = %v; encoding/json says %v", s, got, want)
+		}
+		if strings.Count(s, "[")+strings.Count(s, "{") > MaxDepth {
+			return
+		}
+		end, ok := ValueEnd(s, 0)
+		if got, want := ok && end == len(s), compact(s); got != want {
+			t.Fatalf("ValueEnd(%q) = %d, %v; encoding/json says compact: %v", s, end, ok, want)
 		}
 	})
 }

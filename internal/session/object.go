@@ -74,7 +74,7 @@ func (p *objParser) lit(lit string) bool {
 
 // str reads a JSON string into v.
 func (p *objParser) str(v *string) bool {
-	end, escaped, ok := stringEnd(p.s, p.i)
+	end, escaped, ok := jsonscan.StringEnd(p.s, p.i)
 	if !ok {
 		return false
 	}
@@ -151,7 +151,7 @@ func (p *objParser) list(item func() bool) bool {
 
 // value reads one JSON value, as it is written.
 func (p *objParser) value() (string, bool) {
-	end, ok := valueEnd(p.s, p.i, 0)
+	end, ok := jsonscan.ValueEnd(p.s, p.i)
 	if !ok {
 		return "", false
 	}
@@ -168,113 +168,6 @@ func (p *objParser) raw() (json.RawMessage, bool) {
 		return p.b[from:p.i:p.i], ok
 	}
 	return json.RawMessage(v), ok
-}
-
-// maxValueDepth bounds the nesting valueEnd follows.
-const maxValueDepth = 64
-
-// valueEnd returns the end of the JSON value starting at s[i] (no spaces
-// around or inside it, as json.Marshal writes).
-func valueEnd(s string, i, depth int) (int, bool) {
-	if i >= len(s) || depth > maxValueDepth {
-		return 0, false
-	}
-	switch c := s[i]; {
-	case c == '"':
-		end, _, ok := stringEnd(s, i)
-		return end, ok
-	case c == '[' || c == '{':
-		closer := byte(']')
-		if c == '{' {
-			closer = '}'
-		}
-		i++
-		if i < len(s) && s[i] == closer {
-			return i + 1, true
-		}
-		for {
-			if c == '{' {
-				end, _, ok := stringEnd(s, i)
-				if !ok || end >= len(s) || s[end] != ':' {
-					return 0, false
-				}
-				i = end + 1
-			}
-			end, ok := valueEnd(s, i, depth+1)
-			if !ok || end >= len(s) {
-				return 0, false
-			}
-			i = end + 1
-			switch s[end] {
-			case ',':
-			case closer:
-				return i, true
-			default:
-				return 0, false
-			}
-		}
-	case c == 't':
-		return literalEnd(s, i, "true")
-	case c == 'f':
-		return literalEnd(s, i, "false")
-	case c == 'n':
-		return literalEnd(s, i, "null")
-	default:
-		j := i
-		for j < len(s) && strings.IndexByte("-+.eE0123456789", s[j]) >= 0 {
-			j++
-		}
-		if !jsonscan.IsNumber(s[i:j]) {
-			return 0, false
-		}
-		return j, true
-	}
-}
-
-func literalEnd(s string, i int, lit string) (int, bool) {
-	if strings.HasPrefix(s[i:], lit) {
-		return i + len(lit), true
-	}
-	return 0, false
-}
-
-// stringEnd returns the end of the JSON string starting at s[i] (just
-// past its closing quote) and whether it holds escapes. It accepts only
-// what JSON does: no control characters, and only JSON's escapes.
-func stringEnd(s string, i int) (end int, escaped, ok bool) {
-	if i >= len(s) || s[i] != '"' {
-		return 0, false, false
-	}
-	for j := i + 1; j < len(s); j++ {
-		switch c := s[j]; {
-		case c == '"':
-			return j + 1, escaped, true
-		case c == '\\':
-			escaped = true
-			j++
-			if j >= len(s) || strings.IndexByte(`"\/bfnrtu`, s[j]) < 0 {
-				return 0, false, false
-			}
-			if s[j] == 'u' {
-				if j+4 >= len(s) {
-					return 0, false, false
-				}
-				for _, h := range []byte(s[j+1 : j+5]) {
-					if !isHex(h) {
-						return 0, false, false
-					}
-				}
-				j += 4
-			}
-		case c < 0x20:
-			return 0, false, false
-		}
-	}
-	return 0, false, false
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 // unquote decodes the inside of a JSON string that stringEnd accepted, as

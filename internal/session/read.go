@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/jitter"
+	"github.com/writeback/writeback/internal/jsonscan"
 	"github.com/writeback/writeback/internal/lease"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/rscript"
@@ -268,8 +269,8 @@ func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, to
 }
 
 func compactJSON(v json.RawMessage) (json.RawMessage, error) {
-	if end, ok := valueEnd(string(v), 0, 0); ok && end == len(v) {
-		return v, nil // valid and compact already (valueEnd takes no spaces)
+	if end, ok := jsonscan.ValueEnd(v, 0); ok && end == len(v) {
+		return v, nil // valid and compact already (ValueEnd takes no spaces)
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, v); err != nil {
