@@ -337,7 +337,7 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) e
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if err := decodeAnswer(data, out); err != nil {
 		return fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
 	}
 	return nil
