@@ -121,30 +121,36 @@ cluster_up() {
 		die "creating the cluster failed; see $dir/cluster-create.log"
 	# Every node must see the cluster whole: each converges on its own, and
 	# a node that has not yet answers CLUSTERDOWN (7000 alone is not enough).
+	every_node cluster_whole "the cluster did not reach cluster_state:ok on every node"
+	# cluster_state:ok comes before the replicas' first full sync ends: a
+	# sidecar with redis.replicas would refuse writes until it does.
+	every_node replicas_synced "the cluster's replicas did not finish syncing; see $dir/*/log"
+	say "cluster: up on $host:7000-7005 (3 primaries, 3 replicas)"
+}
+
+# every_node check message: waits up to 30 s for check to pass on every
+# Cluster node (check gets the port), and dies with message if it does not.
+every_node() {
 	local port ok
 	for _ in $(seq 1 300); do
 		ok=1
 		for port in "${cluster_ports[@]}"; do
-			redis-cli -h "$host" -p "$port" cluster info | grep -q 'cluster_state:ok' || { ok=0; break; }
+			"$1" "$port" || { ok=0; break; }
 		done
-		[ "$ok" = 1 ] && break
+		[ "$ok" = 1 ] && return 0
 		sleep 0.1
 	done
-	[ "$ok" = 1 ] || die "the cluster did not reach cluster_state:ok on every node within 30 s"
-	# cluster_state:ok comes before the replicas' first full sync ends: a
-	# sidecar with redis.replicas would refuse writes until it does.
-	for _ in $(seq 1 300); do
-		ok=1
-		for port in "${cluster_ports[@]}"; do
-			if redis-cli -h "$host" -p "$port" info replication | grep -q '^role:master'; then
-				redis-cli -h "$host" -p "$port" info replication | grep -q 'state=online' || { ok=0; break; }
-			fi
-		done
-		[ "$ok" = 1 ] && break
-		sleep 0.1
-	done
-	[ "$ok" = 1 ] || die "the cluster's replicas did not finish syncing within 30 s; see $dir/*/log"
-	say "cluster: up on $host:7000-7005 (3 primaries, 3 replicas)"
+	die "$2 within 30 s"
+}
+
+cluster_whole() { grep -q 'cluster_state:ok' <<<"$(redis-cli -h "$host" -p "$1" cluster info)"; }
+
+# replicas_synced port: the node is a replica, or a primary whose replica is
+# online.
+replicas_synced() {
+	local info
+	info=$(redis-cli -h "$host" -p "$1" info replication)
+	! grep -q '^role:master' <<<"$info" || grep -q 'state=online' <<<"$info"
 }
 
 cluster_down() {

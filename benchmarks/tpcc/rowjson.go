@@ -132,13 +132,13 @@ func scanName(b []byte) (string, []byte, bool) {
 	s := string(raw)
 	names.Lock()
 	defer names.Unlock()
-	old := names.m.Load()
-	if old == nil || len(*old) < maxNames {
-		m := make(map[string]string, 1)
-		if old != nil {
-			m = make(map[string]string, len(*old)+1)
-			maps.Copy(m, *old)
-		}
+	var old map[string]string
+	if p := names.m.Load(); p != nil {
+		old = *p
+	}
+	if len(old) < maxNames {
+		m := make(map[string]string, len(old)+1)
+		maps.Copy(m, old)
 		m[s] = s
 		names.m.Store(&m)
 	}

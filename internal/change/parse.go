@@ -356,9 +356,9 @@ func decodeObject(body []byte, dst *map[string]json.RawMessage) error {
 
 // compactObject is decodeObject's answer for the shape json.Marshal
 // writes — no whitespace, keys without escapes — read without
-// encoding/json's decoder, the values slices of one copy of body; false for anything
-// else (which the decoder then reads or refuses). As the decoder's, a key
-// given twice keeps its last value.
+// encoding/json's decoder, the values slices of one copy of body; false
+// for anything else (which the decoder then reads or refuses). As the
+// decoder's, a key given twice keeps its last value.
 func compactObject(body []byte) (map[string]json.RawMessage, bool) {
 	if len(body) < 2 || body[0] != '{' {
 		return nil, false

@@ -95,8 +95,11 @@ func commitSize(c Commit) int {
 	}
 	for _, ch := range c.Cache {
 		n += 96 + len(ch.Key)
-		if raw, ok := ch.Set.(json.RawMessage); ok {
-			n += len(raw)
+		switch v := ch.Set.(type) {
+		case json.RawMessage:
+			n += len(v)
+		case []byte:
+			n += len(v)
 		}
 	}
 	for _, k := range c.Affects {
