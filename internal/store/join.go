@@ -2,29 +2,42 @@ package store
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/writeback/writeback/internal/sqlcheck"
 )
 
 // A batch of sessions runs their statements in order in one transaction.
-// Consecutive single-row INSERTs of one text (an order's lines, a log's
-// entries; one session's or several sessions' in a row) change the
-// database exactly as one INSERT of all their rows in the same order does,
-// so the appliers send them so: one statement for the database to parse,
-// plan and execute instead of one per row — the set-based half of applying
-// a batch. Only plain INSERT … VALUES of one row without a clock in it
-// join (sqlcheck.RowInsert); a table's statement-level triggers then fire
-// once per joined statement. When a joined INSERT fails, the batch runs
-// again unjoined, so that the error names the session and statement it
-// belongs to, as it would have without joining.
+// Consecutive executions of one statement text are sent as one statement
+// where that changes the database exactly as running them one by one
+// does: one statement for the database to parse, plan and execute instead
+// of one per row — the set-based half of applying a batch.
+//
+//   - Single-row INSERTs (an order's lines, a log's entries; one session's
+//     or several sessions' in a row) become one multi-row INSERT of their
+//     rows in the same order. Only plain INSERT … VALUES of one row without
+//     a clock in it join (sqlcheck.RowInsert).
+//   - On PostgreSQL, UPDATEs and DELETEs that pick rows by key columns
+//     equal to placeholders (sqlcheck.KeyedWrite: an order's stock rows,
+//     a delivery's orders) become one statement over a VALUES list of their
+//     arguments, when their key arguments are integers, pairwise distinct:
+//     they then touch disjoint rows, each from its own arguments. A run
+//     with a repeated key is cut before the repetition.
+//
+// A table's statement-level triggers then fire once per joined statement,
+// and row triggers in the order the database visits the rows. When a
+// joined statement fails, the batch runs again unjoined, so that the error
+// names the session and statement it belongs to, as it would have without
+// joining.
 
 // stmtRef names a statement of a batch: session index and statement index
 // (roleStmt for the SET ROLE around a session's statements).
 type stmtRef struct{ session, stmt int }
 
 // batchStmt is one statement of a batch as it is sent: a session's own, or
-// rows > 1 joined INSERTs, ref the first of them.
+// rows > 1 joined executions, ref the first of them.
 type batchStmt struct {
 	sql  string
 	args []any
@@ -32,21 +45,27 @@ type batchStmt struct {
 	rows int
 }
 
-// maxJoinedRows bounds a joined INSERT: every row count is a statement
+// maxJoinedRows bounds a joined statement: every row count is a statement
 // text of its own (a prepared statement per connection on PostgreSQL).
 const maxJoinedRows = 64
 
 // maxParams is PostgreSQL's limit of parameters per statement.
 const maxParams = 65535
 
-// errJoinedFailed says a joined INSERT failed: the batch is run again
+// errJoinedFailed says a joined statement failed: the batch is run again
 // without joining, which names the statement at fault.
-var errJoinedFailed = errors.New("store: a joined INSERT failed")
+var errJoinedFailed = errors.New("store: a joined statement failed")
 
-// joinInserts returns stmts with each run of consecutive single-row
-// INSERTs of one text, and as many arguments each, joined into one
-// multi-row INSERT (up to maxJoinedRows rows and maxParams arguments).
-func joinInserts(d sqlcheck.Dialect, stmts []batchStmt) []batchStmt {
+// paramTypes returns the PostgreSQL types of the placeholders of a
+// statement text ($1 first), as names a cast takes; ok is false when they
+// are not known.
+type paramTypes func(sql string) (types []string, ok bool)
+
+// joinRuns returns stmts with each run of consecutive executions of one
+// text, with as many arguments each, joined where they may be (see
+// above), up to maxJoinedRows rows and maxParams arguments a statement.
+// types gives a keyed write's placeholder types (nil: none is joined).
+func joinRuns(d sqlcheck.Dialect, stmts []batchStmt, types paramTypes) []batchStmt {
 	out := make([]batchStmt, 0, len(stmts))
 	for i := 0; i < len(stmts); {
 		first := stmts[i]
@@ -55,55 +74,136 @@ func joinInserts(d sqlcheck.Dialect, stmts []batchStmt) []batchStmt {
 			len(stmts[j].args) == len(first.args) && (j-i+1)*len(first.args) <= maxParams {
 			j++
 		}
-		r, ok := sqlcheck.RowInsert{}, false
-		if j-i > 1 {
-			r, ok = rowInsert(d, first.sql)
-		}
-		if !ok {
-			out = append(out, stmts[i:j]...)
+		if j-i == 1 {
+			out = append(out, first)
 			i = j
 			continue
 		}
-		joined := batchStmt{sql: r.Rows(j-i, len(first.args)), ref: first.ref, rows: j - i,
-			args: make([]any, 0, (j-i)*len(first.args))}
-		for _, s := range stmts[i:j] {
-			joined.args = append(joined.args, s.args...)
+		sh := shapeOf(d, first.sql)
+		switch {
+		case sh.insertOK:
+			out = append(out, joined(sh.insert.Rows(j-i, len(first.args)), stmts[i:j]))
+		case sh.keyedOK && types != nil:
+			out = joinKeyed(out, sh.keyed, stmts[i:j], types)
+		default:
+			out = append(out, stmts[i:j]...)
 		}
-		out = append(out, joined)
 		i = j
 	}
 	return out
 }
 
-// rowInserts caches sqlcheck.SingleRowInsert by dialect and text: a
-// family's statements are few texts, run again and again. Bounded: full,
-// it starts over.
-var rowInserts struct {
+// joined is the statement sql standing for run: their arguments one
+// after another, named by the first.
+func joined(sql string, run []batchStmt) batchStmt {
+	st := batchStmt{sql: sql, ref: run[0].ref, rows: len(run), args: make([]any, 0, len(run)*len(run[0].args))}
+	for _, s := range run {
+		st.args = append(st.args, s.args...)
+	}
+	return st
+}
+
+// joinKeyed appends run, executions of the keyed write w, to out: joined
+// in groups whose key arguments are distinct integers, an execution whose
+// key is not an integer alone.
+func joinKeyed(out []batchStmt, w sqlcheck.KeyedWrite, run []batchStmt, types paramTypes) []batchStmt {
+	params := len(run[0].args)
+	ts, ok := types(run[0].sql)
+	keys := w.Keys()
+	for _, k := range keys {
+		ok = ok && k <= len(ts) && len(ts) == params && intTypes[ts[k-1]]
+	}
+	if !ok {
+		return append(out, run...)
+	}
+	var group []batchStmt
+	seen := map[string]bool{}
+	flush := func() {
+		if len(group) == 1 {
+			out = append(out, group[0])
+		} else if len(group) > 1 {
+			out = append(out, joined(w.Rows(len(group), params, ts), group))
+		}
+		group = group[:0]
+		clear(seen)
+	}
+	for _, s := range run {
+		key, ok := keyTuple(s.args, keys)
+		if !ok {
+			flush()
+			out = append(out, s)
+			continue
+		}
+		if seen[key] {
+			flush()
+		}
+		group = append(group, s)
+		seen[key] = true
+	}
+	flush()
+	return out
+}
+
+// intTypes are the placeholder types whose values keyTuple compares.
+var intTypes = map[string]bool{"int2": true, "int4": true, "int8": true}
+
+// keyTuple returns the key arguments of an execution as one string of
+// canonical integers; ok is false unless each is the text of an integer
+// (PostgreSQL's arguments are text, see argValue). Two executions touch the
+// same rows only if their tuples are equal: an integer column equals one
+// value.
+func keyTuple(args []any, keys []int) (string, bool) {
+	b := make([]byte, 0, 8*len(keys))
+	for _, k := range keys {
+		s, ok := args[k-1].(string)
+		if !ok {
+			return "", false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return "", false
+		}
+		b = strconv.AppendInt(b, n, 10)
+		b = append(b, ',')
+	}
+	return string(b), true
+}
+
+// shapes caches what a statement text is (sqlcheck.SingleRowInsert,
+// sqlcheck.SingleKeyedWrite) by dialect and text: a family's statements
+// are few texts, run again and again. Bounded: full, it starts over.
+var shapes struct {
 	sync.Mutex
-	m map[string]rowInsertResult
+	m map[string]shape
 }
 
-type rowInsertResult struct {
-	r  sqlcheck.RowInsert
-	ok bool
+// shape is what a statement text is, for joining.
+type shape struct {
+	insert   sqlcheck.RowInsert
+	insertOK bool
+	keyed    sqlcheck.KeyedWrite
+	keyedOK  bool
 }
 
-const maxRowInserts = 1024
+const maxShapes = 1024
 
-func rowInsert(d sqlcheck.Dialect, sql string) (sqlcheck.RowInsert, bool) {
+func shapeOf(d sqlcheck.Dialect, sql string) shape {
 	key := string(d) + "\x00" + sql
-	rowInserts.Lock()
-	res, hit := rowInserts.m[key]
-	rowInserts.Unlock()
+	shapes.Lock()
+	sh, hit := shapes.m[key]
+	shapes.Unlock()
 	if hit {
-		return res.r, res.ok
+		return sh
 	}
-	res.r, res.ok = sqlcheck.SingleRowInsert(d, sql)
-	rowInserts.Lock()
-	if rowInserts.m == nil || len(rowInserts.m) >= maxRowInserts {
-		rowInserts.m = map[string]rowInsertResult{}
+	sh.insert, sh.insertOK = sqlcheck.SingleRowInsert(d, sql)
+	if !sh.insertOK {
+		sh.keyed, sh.keyedOK = sqlcheck.SingleKeyedWrite(d, sql)
 	}
-	rowInserts.m[key] = res
-	rowInserts.Unlock()
-	return res.r, res.ok
+	shapes.Lock()
+	if shapes.m == nil || len(shapes.m) >= maxShapes {
+		shapes.m = map[string]shape{}
+	}
+	shapes.m[key] = sh
+	shapes.Unlock()
+	return sh
 }

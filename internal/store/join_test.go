@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +12,7 @@ import (
 	"github.com/writeback/writeback/internal/sqlcheck"
 )
 
-// joinInserts joins runs of one single-row INSERT text, whoever's
+// joinRuns joins runs of one single-row INSERT text, whoever's
 // statements they are, and nothing else: other texts, other argument
 // counts, clocks and multi-row INSERTs stay apart; a run longer than
 // maxJoinedRows is cut.
@@ -29,7 +31,7 @@ func TestJoinInserts(t *testing.T) {
 		st(clock, 2, 0, 1), st(clock, 2, 1, 2),
 		st(ins, 2, 2, 1, 2), st(ins, 2, 3, 3), // another argument count
 	}
-	got := joinInserts(sqlcheck.Postgres, in)
+	got := joinRuns(sqlcheck.Postgres, in, nil)
 	want := []batchStmt{
 		{sql: "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6)", args: []any{1, 2, 3, 4, 5, 6}, ref: stmtRef{0, 0}, rows: 3},
 		in[3], in[4], in[5], in[6], in[7], in[8], in[9], in[10],
@@ -40,12 +42,61 @@ func TestJoinInserts(t *testing.T) {
 	for i := range maxJoinedRows + 3 {
 		long = append(long, st(ins, i, 0, i, i))
 	}
-	got = joinInserts(sqlcheck.Postgres, long)
+	got = joinRuns(sqlcheck.Postgres, long, nil)
 	require.Len(t, got, 2)
 	require.Equal(t, maxJoinedRows, got[0].rows)
 	require.Equal(t, 3, got[1].rows)
 	require.Equal(t, stmtRef{maxJoinedRows, 0}, got[1].ref)
 	require.Equal(t, "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6)", got[1].sql)
+}
+
+// joinRuns joins runs of one keyed write (PostgreSQL) in groups of
+// distinct integer keys: a repeated key starts a new group, a key that is
+// not an integer is sent alone, and a text whose types are unknown or
+// whose keys are not integers is not joined.
+func TestJoinKeyed(t *testing.T) {
+	upd := "UPDATE t SET b = b + $1 WHERE a = $2 AND c = $3"
+	del := "DELETE FROM t WHERE a = $1"
+	untyped := "UPDATE t SET b = $1 WHERE a = $2"
+	textKey := "UPDATE u SET b = $1 WHERE a = $2"
+	types := func(sql string) ([]string, bool) {
+		switch sql {
+		case upd:
+			return []string{"numeric", "int4", "int8"}, true
+		case del:
+			return []string{"int8"}, true
+		case textKey:
+			return []string{"int4", "text"}, true
+		}
+		return nil, false
+	}
+	st := func(sql string, s, j int, args ...any) batchStmt {
+		return batchStmt{sql: sql, args: args, ref: stmtRef{s, j}, rows: 1}
+	}
+	in := []batchStmt{
+		st(upd, 0, 0, "1", "1", "1"), st(upd, 0, 1, "2", "1", "2"), st(upd, 0, 2, "3", " 01", "1"), // the third repeats (1, 1)
+		st(upd, 0, 3, "4", "2", "2"), st(upd, 0, 4, "5", "x", "2"), st(upd, 0, 5, "6", "3", "3"), // "x" is no integer
+		st(del, 1, 0, "7"), st(del, 1, 1, "8"),
+		st(untyped, 1, 2, "1", "1"), st(untyped, 1, 3, "1", "2"),
+		st(textKey, 1, 4, "1", "1"), st(textKey, 1, 5, "1", "2"),
+	}
+	got := joinRuns(sqlcheck.Postgres, in, types)
+	w, ok := sqlcheck.SingleKeyedWrite(sqlcheck.Postgres, upd)
+	require.True(t, ok)
+	d, ok := sqlcheck.SingleKeyedWrite(sqlcheck.Postgres, del)
+	require.True(t, ok)
+	ts, _ := types(upd)
+	dts, _ := types(del)
+	want := []batchStmt{
+		{sql: w.Rows(2, 3, ts), args: []any{"1", "1", "1", "2", "1", "2"}, ref: stmtRef{0, 0}, rows: 2},
+		{sql: w.Rows(2, 3, ts), args: []any{"3", " 01", "1", "4", "2", "2"}, ref: stmtRef{0, 2}, rows: 2},
+		in[4], in[5],
+		{sql: d.Rows(2, 1, dts), args: []any{"7", "8"}, ref: stmtRef{1, 0}, rows: 2},
+		in[8], in[9], in[10], in[11],
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, in[4:6], joinRuns(sqlcheck.Postgres, in[4:6], types), "one joinable alone is sent as it is")
+	require.Equal(t, in[:2], joinRuns(sqlcheck.Postgres, in[:2], nil), "no types: not joined")
 }
 
 var joinDDL = map[string]string{
@@ -176,5 +227,110 @@ func TestApplySessionsJoinsRuns(t *testing.T) {
 		default:
 			t.Fatalf("no INSERT count for %T", h.s)
 		}
+	})
+}
+
+// A batch whose sessions update and delete rows by key one statement each
+// — runs with a repeated key, keys written differently ("06", " 7"), a
+// run across two sessions, two key columns — leaves exactly the rows those
+// statements leave run one by one; on PostgreSQL the runs are joined (a
+// statement-level trigger counts the UPDATEs: one per group of distinct
+// keys); and a joined UPDATE that fails names the session and statement at
+// fault, as unjoined statements do, with nothing applied.
+func TestApplySessionsJoinedKeyed(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		ss := sessionStore(t, h)
+		ts := "CAST(" + h.ph(1) + " AS timestamp)"
+		if h.driver == "mysql" {
+			ts = "CAST(" + h.ph(1) + " AS datetime(6))"
+		}
+		seed := func(tbl string) {
+			for id := 1; id <= 8; id++ {
+				h.exec(t, fmt.Sprintf("INSERT INTO %s (id, n, s, k) VALUES (%d, %d.5, 'row %d', %d)", tbl, id, id, id, id%2))
+			}
+		}
+		statements := func(tbl string) ([]Statement, []Statement) {
+			upd := "UPDATE " + tbl + " SET n = n + " + h.ph(1) + ", k = coalesce(k, 0) + 10, s = " + h.ph(2) + " WHERE id = " + h.ph(3)
+			del := "DELETE FROM " + tbl + " WHERE id = " + h.ph(1)
+			two := "UPDATE " + tbl + " SET t = " + ts + ", j = " + h.ph(2) + " WHERE id = " + h.ph(3) + " AND k = " + h.ph(4)
+			return []Statement{
+					{SQL: upd, Args: args("1.25", `"one"`, "1")},
+					{SQL: upd, Args: args("2", `"two"`, "2")},
+					{SQL: upd, Args: args("-1", `"one again"`, "1")}, // a repeated key: a new group
+					{SQL: upd, Args: args("3", "null", "3")},
+					{SQL: del, Args: args("4")},
+					{SQL: del, Args: args("5")},
+					{SQL: two, Args: args(`"2026-11-30 10:00:00.5"`, `{"a":1}`, "6", "0")},
+				}, []Statement{
+					{SQL: two, Args: args(`"2026-11-30 10:00:01"`, `[1,2]`, "7", "1")},
+					{SQL: two, Args: args(`"2026-11-30 10:00:02"`, `null`, "8", "1")}, // k is 0: no row
+					{SQL: upd, Args: args("6", `"six"`, `"06"`)},
+					{SQL: upd, Args: args("7", `"seven"`, `" 7"`)},
+				}
+		}
+		rows := func(tbl string) []json.RawMessage {
+			out, err := ss.QueryJSON(t.Context(), "SELECT id, n, s, t, j, k FROM "+tbl+" ORDER BY id")
+			require.NoError(t, err)
+			return out
+		}
+
+		// The reference: every statement alone, in order.
+		ref := h.table(t, joinDDL)
+		seed(ref)
+		a, b := statements(ref)
+		var ids []string
+		for i, st := range append(a, b...) {
+			s := Session{ID: newSessionID(t), Queue: "k/1", Seq: int64(i + 1), Statements: []Statement{st}}
+			_, err := ss.ApplySessions(t.Context(), []Session{s})
+			require.NoError(t, err)
+			ids = append(ids, s.ID)
+		}
+
+		tbl := h.table(t, joinDDL)
+		seed(tbl)
+		updates := func() int { return 0 }
+		if st, ok := h.s.(*pgStore); ok {
+			counter := h.table(t, map[string]string{"postgres": "CREATE TABLE %s (n int)"})
+			fn := counter + "_count"
+			h.exec(t, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO "+counter+" VALUES (1); RETURN NULL; END $$")
+			t.Cleanup(func() { _, _ = st.pool.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+fn+"() CASCADE") })
+			h.exec(t, "CREATE TRIGGER "+fn+" AFTER UPDATE ON "+tbl+" FOR EACH STATEMENT EXECUTE FUNCTION "+fn+"()")
+			updates = func() int {
+				var n int
+				require.NoError(t, st.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+counter).Scan(&n))
+				return n
+			}
+		}
+		a, b = statements(tbl)
+		s1 := Session{ID: newSessionID(t), Queue: "k/1", Seq: 1, Statements: a}
+		s2 := Session{ID: newSessionID(t), Queue: "k/1", Seq: 2, Statements: b}
+		ids = append(ids, s1.ID, s2.ID)
+		t.Cleanup(func() { _, _ = ss.CompactAppliedSessions(context.Background(), ids) })
+		applied, err := ss.ApplySessions(t.Context(), []Session{s1, s2})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, true}, applied)
+		require.Equal(t, rows(ref), rows(tbl))
+		if h.driver == "postgres" {
+			// (1, 2), (1, 3), (6, 7, 8) of two, (06, 7): four, not nine.
+			require.Equal(t, 4, updates(), "UPDATE statements: want one per group of distinct keys")
+		}
+
+		// A value too long in the second execution of a joined run: the
+		// error names session 1 (of 0, 1), statement 3, nothing applied.
+		bad := h.table(t, joinDDL)
+		seed(bad)
+		before := rows(bad)
+		a, b = statements(bad)
+		b[3].Args[1] = json.RawMessage(`"` + strings.Repeat("x", 41) + `"`)
+		s3 := Session{ID: newSessionID(t), Queue: "k/2", Seq: 1, Statements: a}
+		s4 := Session{ID: newSessionID(t), Queue: "k/2", Seq: 2, Statements: b}
+		_, err = ss.ApplySessions(t.Context(), []Session{s3, s4})
+		require.Error(t, err)
+		require.True(t, IsPermanent(err), "a value too long is permanent: %v", err)
+		var se *SessionError
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, 1, se.Index)
+		require.Equal(t, 3, se.Statement)
+		require.Equal(t, before, rows(bad))
 	})
 }

@@ -66,7 +66,7 @@ func notPermanent(error) bool { return false }
 // other pool): START TRANSACTION; take the batch's lock, if it names one
 // (Session.Lock); INSERT the sessions' applied records;
 // their statements in order, consecutive single-row INSERTs of one text as
-// one (joinInserts); COMMIT. If anything in it fails — a record
+// one (joinRuns); COMMIT. If anything in it fails — a record
 // that exists (the session was applied, or a racing applier holds it), a
 // statement the store refuses, a deadlock — the packet's transaction is
 // rolled back and the batch goes the stepwise way, a round trip per
@@ -115,7 +115,7 @@ const maxSessionPacket = 4 << 20
 // queue's applier race for the same head), and those are left out of the
 // packet rather than sending the batch the stepwise way, a round trip per
 // statement with the family's lock held. join joins the batch's runs of
-// single-row INSERTs (joinInserts).
+// single-row INSERTs (joinRuns).
 func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session, join bool) ([]bool, error) {
 	for _, ss := range sessions {
 		if ss.Role != "" {
@@ -180,7 +180,7 @@ func (s *myStore) applySessionsPacket(ctx context.Context, sessions []Session, j
 		}
 	}
 	if join {
-		stmts = joinInserts(sqlcheck.MySQL, stmts)
+		stmts = joinRuns(sqlcheck.MySQL, stmts, nil)
 	}
 	for _, st := range stmts {
 		q.add("; ", st.sql)

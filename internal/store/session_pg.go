@@ -55,9 +55,9 @@ func (s *pgStore) PrepareSessions(ctx context.Context) error {
 //
 // The insert comes first in batch 2, so a racing applier of the same
 // sessions waits on it before running any statement. Consecutive
-// single-row INSERTs of one text go as one (joinInserts); when one such
-// joined INSERT fails, the transaction runs again unjoined. A deadlock or
-// serialization failure reruns the whole transaction.
+// executions of one text go as one statement where they may (joinRuns);
+// when a joined statement fails, the transaction runs again unjoined. A
+// deadlock or serialization failure reruns the whole transaction.
 func (s *pgStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool, error) {
 	if err := checkSessions(sessions); err != nil {
 		return nil, err
@@ -75,8 +75,8 @@ func (s *pgStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool
 }
 
 // applySessionsOnce is one attempt of ApplySessions; join joins the
-// batch's runs of single-row INSERTs (joinInserts). A joined INSERT the
-// database refuses is errJoinedFailed, nothing applied.
+// batch's runs of one text (joinRuns). A joined statement the database
+// refuses is errJoinedFailed, nothing applied.
 func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session, join bool) (_ []bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -91,6 +91,10 @@ func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session, joi
 	ids := make([]string, len(sessions))
 	for i, ss := range sessions {
 		ids[i] = ss.ID
+	}
+	var types paramTypes
+	if join {
+		types = pgKeyedTypes(ctx, conn.Conn(), sessions)
 	}
 	done, err := pgAppliedIDs(ctx, conn.Conn(), ids, sessions[0].Lock)
 	if err != nil {
@@ -130,7 +134,7 @@ func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session, joi
 		}
 	}
 	if join {
-		stmts = joinInserts(sqlcheck.Postgres, stmts)
+		stmts = joinRuns(sqlcheck.Postgres, stmts, types)
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO `+AppliedSessionsTable+` (id, queue, seq)
@@ -178,6 +182,66 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 		return nil, wrapErr("apply sessions: commit", err, pgPermanent)
 	}
 	return applied, nil
+}
+
+// pgKeyedTypes returns the placeholder types of the keyed writes that
+// sessions run twice or more in a row (see joinRuns), from their prepared
+// statements on conn, prepared here, before the transaction, if they are
+// not yet (a statement that does not prepare is not joined; running it
+// tells what is wrong with it). Named by their text, the prepared
+// statements are also what the batch runs for them.
+func pgKeyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Session) paramTypes {
+	var types map[string][]string
+	prev := ""
+	for _, ss := range sessions {
+		for _, st := range ss.Statements {
+			sql := st.SQL
+			if sql != prev {
+				prev = sql
+				continue
+			}
+			if _, seen := types[sql]; seen || !shapeOf(sqlcheck.Postgres, sql).keyedOK {
+				continue
+			}
+			if types == nil {
+				types = map[string][]string{}
+			}
+			types[sql] = nil
+			sd, err := conn.Prepare(ctx, sql, sql)
+			if err != nil {
+				continue
+			}
+			names := make([]string, len(sd.ParamOIDs))
+			for i, oid := range sd.ParamOIDs {
+				t, ok := conn.TypeMap().TypeForOID(oid)
+				if !ok || !castable(t.Name) {
+					names = nil
+					break
+				}
+				names[i] = t.Name
+			}
+			types[sql] = names
+		}
+	}
+	return func(sql string) ([]string, bool) {
+		ts := types[sql]
+		return ts, ts != nil
+	}
+}
+
+// castable reports whether a type name can follow :: as it is: a plain
+// lower-case name (pgx's names of the built-in types).
+func castable(name string) bool {
+	if name == "" || name == "unknown" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // roleStmt marks the SET LOCAL ROLE entries among a batch's statements.
