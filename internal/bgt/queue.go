@@ -193,8 +193,7 @@ func (a *QueueApplier) ready(ctx context.Context, parts []int) (todo []int, held
 }
 
 // round applies one batch of each queue of parts that is due (see rounds).
-// more reports that a queue had more than a batch, or applied sessions
-// (more may have been committed meanwhile), or lost a race. Each batch has its own
+// more reports that a queue had more than a batch, or lost a race. Each batch has its own
 // timeout: a round of many queues takes as long as they need. Once ctx is
 // done no batch starts, but one that started finishes (bounded), so that
 // SIGTERM does not turn into replays.
@@ -211,16 +210,21 @@ func (a *QueueApplier) round(ctx context.Context, parts []int) (more bool) {
 			if ctx.Err() != nil {
 				return false
 			}
-			applied, full, err := a.applyQueue(context.WithoutCancel(ctx), queue, 0)
+			_, full, err := a.applyQueue(context.WithoutCancel(ctx), queue, 0)
 			a.noteResult(queue, err)
-			// A queue that had sessions to apply is read again at once, not
-			// after a poll: sessions committed while its batch was in the
-			// store wait for it, and so does every miss that needs them
-			// (a miss applies the queue through its session itself). The
-			// batches then follow the commits: as large as what arrived
-			// while the last one was in the store. After a lost race the
-			// queue has moved on: read what is left at once too.
-			more = more || ((applied > 0 || full) && err == nil) || store.IsConcurrentApply(err)
+			// A queue whose batch was full is read again at once: it has a
+			// backlog. One whose batch was not waits for the next poll, as
+			// the document appliers' partitions do, and gathers the sessions
+			// committed meanwhile into one batch: a store transaction, its
+			// applied records and the pop in Redis cost about as much for
+			// eight sessions as for thirty, so a busy queue applied as soon
+			// as anything arrives spends several times the work per session
+			// (benchmarks/README, session 24). Nothing waits on it: a miss
+			// that needs a pending session applies the queue through it
+			// itself, a write-through commit applies itself, and Flush
+			// drains. After a lost race the queue has moved on: read what is
+			// left at once.
+			more = more || (full && err == nil) || store.IsConcurrentApply(err)
 		}
 	}
 	return more

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -444,22 +445,20 @@ func TestQueueSerialFamilyTakesItsLock(t *testing.T) {
 	})
 }
 
-// A queue applier that applied sessions reads the queue again at once:
-// sessions committed while its batch was in the store are applied right
-// after it, not a poll later (misses wait for them).
-func TestQueueAppliesWhatArrivedMeanwhileAtOnce(t *testing.T) {
+// A queue applier paces a queue by its batches: after a full batch (a
+// backlog) it reads the queue again at once; after one that was not full
+// it waits for the next poll, and the sessions committed meanwhile go in
+// one batch rather than one batch each as they arrive.
+func TestQueuePacesBatches(t *testing.T) {
 	eachSessionStore(t, func(t *testing.T, driver string) {
 		const poll = 2 * time.Second
-		w := newQueueWorld(t, driver, 64, func(c *QueueConfig) { c.PollInterval = poll })
+		w := newQueueWorld(t, driver, 2, func(c *QueueConfig) { c.PollInterval = poll })
 		fam := w.svc.Families()[w.family]
 		rs := &recordingStore{SessionStore: fam.Store}
-		rs.during = func() {
-			for v := int64(2); v <= 4; v++ {
-				w.commit(t, "a", 1, v)
-			}
-		}
 		fam.Store = rs
-		w.commit(t, "a", 1, 1)
+		for v := int64(1); v <= 5; v++ {
+			w.commit(t, "a", 1, v)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -467,22 +466,63 @@ func TestQueueAppliesWhatArrivedMeanwhileAtOnce(t *testing.T) {
 			_ = w.app.Run(ctx)
 		}()
 		defer func() { cancel(); <-done }()
-		deadline := time.Now().Add(3 * poll)
-		for w.value(t, 1) != 4 {
-			if time.Now().After(deadline) {
-				t.Fatalf("v = %d after %v, want 4", w.value(t, 1), 3*poll)
+		wait := func(want int64) {
+			t.Helper()
+			deadline := time.Now().Add(3 * poll)
+			for w.value(t, 1) != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("v = %d after %v, want %d", w.value(t, 1), 3*poll, want)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
+
+		// A backlog of five: batches of 2, 2 and 1, back to back.
+		wait(5)
+		rs.mu.Lock()
+		sizes := batchSizes(rs.batches)
+		spread := rs.at[len(rs.at)-1].Sub(rs.at[0])
+		rs.batches, rs.at = nil, nil
+		rs.mu.Unlock()
+		if !slices.Equal(sizes, []int{2, 2, 1}) {
+			t.Fatalf("batches of %v, want [2 2 1]", sizes)
+		}
+		if spread > poll/2 {
+			t.Errorf("the backlog's batches spread over %v (poll %v); after a full batch the next comes at once", spread, poll)
+		}
+
+		// One session, then three committed while it is in the store:
+		// they wait for the next poll (the first batch was not full), then
+		// go in batches of 2 and 1, back to back.
+		rs.mu.Lock()
+		rs.during = func() {
+			for v := int64(7); v <= 9; v++ {
+				w.commit(t, "a", 1, v)
+			}
+		}
+		rs.mu.Unlock()
+		w.commit(t, "a", 1, 6)
+		wait(9)
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
-		if len(rs.batches) < 2 {
-			t.Fatalf("%d batches, want the first and the sessions committed during it", len(rs.batches))
+		if got := batchSizes(rs.batches); !slices.Equal(got, []int{1, 2, 1}) {
+			t.Fatalf("batches of %v, want [1 2 1]", got)
 		}
-		if gap := rs.at[1].Sub(rs.at[0]); gap > poll/2 {
-			t.Errorf("the sessions committed during the first batch waited %v for the next one (poll %v)", gap, poll)
+		if gap := rs.at[1].Sub(rs.at[0]); gap < poll/4 {
+			t.Errorf("the sessions committed during a batch that was not full were applied %v after it; want them gathered until the next poll (%v)", gap, poll)
+		}
+		if gap := rs.at[2].Sub(rs.at[1]); gap > poll/2 {
+			t.Errorf("the batch after a full one came %v later (poll %v); want it at once", gap, poll)
 		}
 	})
+}
+
+func batchSizes(batches [][]store.Session) []int {
+	out := make([]int, len(batches))
+	for i, b := range batches {
+		out[i] = len(b)
+	}
+	return out
 }
 
 // Head decodes a session's object once: read again (a miss, a retry), the
