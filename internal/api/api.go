@@ -65,10 +65,14 @@ type Handler struct {
 	queues *Sessions
 }
 
+// DefaultMaxBodyBytes is the largest request body when Options sets none
+// (limits.maxBodyBytes' default).
+const DefaultMaxBodyBytes = 1 << 20
+
 // New returns the API handler.
 func New(opt Options, svc *document.Service, app *bgt.Applier, buf *buffer.Buffer, m *metrics.Metrics, reg prometheus.Gatherer, log *slog.Logger) *Handler {
 	if opt.MaxBodyBytes <= 0 {
-		opt.MaxBodyBytes = 1 << 20
+		opt.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	h := &Handler{opt: opt, svc: svc, app: app, buf: buf, m: m, reg: reg, log: log, mux: http.NewServeMux(), rdb: buf.Client(), auth: []byte(opt.Token), admin: []byte(opt.AdminToken)}
 	h.route("GET /v1/docs/{collection}/{id}", "get", h.getDoc)
@@ -254,7 +258,7 @@ func readBody(r *http.Request) ([]byte, error) {
 		// One allocation for a body of the length announced (ReadFrom
 		// keeps MinRead free for the read that finds the end); no more
 		// than the default limit up front, whatever a client announces.
-		buf.Grow(int(min(n, 1<<20)) + bytes.MinRead)
+		buf.Grow(int(min(n, DefaultMaxBodyBytes)) + bytes.MinRead)
 	}
 	_, err := buf.ReadFrom(r.Body)
 	b := buf.Bytes()

@@ -5,24 +5,31 @@ import (
 	"strings"
 )
 
-// KeyedWrite is a PostgreSQL UPDATE or DELETE that picks its rows by
-// columns equal to placeholders and nothing else:
+// KeyedWrite is an UPDATE or DELETE that picks its rows by columns equal
+// to placeholders and nothing else:
 //
 //	UPDATE [ONLY] t SET a = …, b = … WHERE k1 = $i AND k2 = $j …
 //	DELETE FROM [ONLY] t WHERE k1 = $i AND k2 = $j …
 //
-// with no alias, no RETURNING, and no SET of a key column (k1, k2, …).
-// Executions of one such statement whose key arguments are pairwise
-// distinct touch disjoint sets of rows (a row's keys do not change, and it
-// equals one tuple of key values at most), and each row is changed from
-// its own values and one execution's arguments. So they change the store
-// exactly as one statement that joins the table with a VALUES list of their
-// arguments does (Rows), bar the order in which rows are locked and row
-// triggers fire, and statement-level triggers firing once. Whether the key
-// arguments are distinct is the caller's to check (Keys): only it knows the
-// values.
+// with no alias, no RETURNING (MySQL: no IGNORE, ORDER BY or LIMIT), and
+// no SET of a key column (k1, k2, …). Executions of one such statement
+// whose key arguments are pairwise distinct touch disjoint sets of rows (a
+// row's keys do not change, and it equals one tuple of key values at
+// most), and each row is changed from its own values and one execution's
+// arguments. So they change the store exactly as one statement that joins
+// the table with a list of their arguments does (Rows), bar the order in
+// which rows are locked and row triggers fire, and statement-level
+// triggers firing once. Whether the key arguments are distinct is the
+// caller's to check (Keys): only it knows the values.
+//
+// MySQL evaluates a single-table UPDATE's assignments left to right, each
+// seeing the ones before it, and a joined (multi-table) UPDATE's in an
+// order of its own: a MySQL UPDATE is a keyed write only when no
+// assignment reads a column another one sets.
 type KeyedWrite struct {
+	d      Dialect
 	head   string  // up to the table: "UPDATE t", "DELETE FROM ONLY t"
+	table  string  // the table as written
 	set    string  // UPDATE: " SET …" up to WHERE; "" for DELETE
 	setPhs []Token // set's placeholders, Pos and End within set
 	keys   []keyColumn
@@ -30,20 +37,16 @@ type KeyedWrite struct {
 }
 
 // keyColumn is one k = $i of a KeyedWrite's WHERE: the column as written
-// and the placeholder's number.
+// and the placeholder's number (MySQL's ? by their order, from 1).
 type keyColumn struct {
 	col string
 	arg int
 }
 
 // SingleKeyedWrite returns sql as a KeyedWrite; ok is false when sql is
-// not one (or does not lex), and on MySQL, whose joined UPDATE evaluates
-// its assignments in an order of its own. It does not check the statement
-// otherwise: CheckDML does, when the session commits.
+// not one (or does not lex). It does not check the statement otherwise:
+// CheckDML does, when the session commits.
 func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
-	if d != Postgres {
-		return KeyedWrite{}, false
-	}
 	toks, err := lex(d, sql, lexOptions{})
 	if err != nil {
 		return KeyedWrite{}, false
@@ -51,7 +54,16 @@ func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
 	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
 		toks = toks[:n-1]
 	}
+	// MySQL's placeholders are numbered here, by their order.
+	n := 0
+	for i, t := range toks {
+		if t.Kind == Placeholder && d == MySQL {
+			n++
+			toks[i].Text = strconv.Itoa(n)
+		}
+	}
 	p := &parser{d: d, toks: toks, funcs: map[string]bool{}}
+	w.d = d
 	switch {
 	case p.accept("update"):
 		w.update = true
@@ -59,33 +71,59 @@ func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
 	default:
 		return KeyedWrite{}, false
 	}
-	p.accept("only")
+	if d == Postgres {
+		p.accept("only")
+	}
 	tbl, err := p.name("a table")
 	if err != nil || p.isP(".") {
 		return KeyedWrite{}, false
 	}
-	w.head = sql[:tbl.End]
+	w.head, w.table = sql[:tbl.End], sql[tbl.Pos:tbl.End]
 	p.quals = []Token{tbl}
+	// column names compare as the dialect does: MySQL's without case
+	name := func(t Token) string {
+		if d == MySQL {
+			return strings.ToLower(t.Text)
+		}
+		return t.Text
+	}
 	assigned := map[string]bool{}
 	if w.update {
 		setAt := p.i
 		if !p.accept("set") {
 			return KeyedWrite{}, false
 		}
+		var reads [][]Token // each assignment's expression
+		var cols []string
 		for {
 			if p.column() != nil {
 				return KeyedWrite{}, false
 			}
-			assigned[toks[p.i-1].Text] = true // the column's own name, qualified or not
-			if !p.acceptP("=") || p.expr() != nil {
+			col := name(toks[p.i-1]) // the column's own name, qualified or not
+			assigned[col] = true
+			if !p.acceptP("=") {
 				return KeyedWrite{}, false
 			}
+			from := p.i
+			if p.expr() != nil {
+				return KeyedWrite{}, false
+			}
+			reads, cols = append(reads, toks[from:p.i]), append(cols, col)
 			if !p.acceptP(",") {
 				break
 			}
 		}
 		if !p.is("where") {
 			return KeyedWrite{}, false
+		}
+		if d == MySQL {
+			for i, expr := range reads {
+				for _, t := range expr {
+					if (t.Kind == Ident || t.Kind == QuotedIdent) && assigned[name(t)] && name(t) != cols[i] {
+						return KeyedWrite{}, false
+					}
+				}
+			}
 		}
 		from, to := toks[setAt-1].End, toks[p.i-1].End
 		w.set = sql[from:to]
@@ -101,7 +139,7 @@ func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
 	}
 	for {
 		col, err := p.name("a key column")
-		if err != nil || assigned[col.Text] || !p.acceptP("=") {
+		if err != nil || assigned[name(col)] || !p.acceptP("=") {
 			return KeyedWrite{}, false
 		}
 		ph := p.peek()
@@ -109,7 +147,7 @@ func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
 			return KeyedWrite{}, false
 		}
 		p.i++
-		n, _ := strconv.Atoi(ph.Text) // lexed: digits
+		n, _ := strconv.Atoi(ph.Text) // digits
 		w.keys = append(w.keys, keyColumn{col: sql[col.Pos:col.End], arg: n})
 		if p.done() {
 			return w, true
@@ -138,20 +176,72 @@ func (w KeyedWrite) Keys() []int {
 const joinedArgs = "writeback_v"
 
 // Rows returns the statement of n executions, for their arguments one
-// after another: each has params of them, whose PostgreSQL types are
-// types (a cast each, so that the VALUES columns have the types the
-// executions' placeholders have). With n = 1 it is still the joined form.
+// after another: each has params of them. On PostgreSQL types are their
+// placeholders' types (a cast each, so that the VALUES columns have the
+// types the executions' placeholders have):
+//
+//	UPDATE t SET … FROM (VALUES ($1::int4, …), …) AS writeback_v (writeback_1, …) WHERE k = writeback_v.writeback_1 …
+//	DELETE FROM t USING (VALUES …) AS writeback_v (…) WHERE …
+//
+// On MySQL types is not used; the rows are a derived table:
+//
+//	UPDATE t JOIN (SELECT ? AS writeback_1, … UNION ALL SELECT ?, …) AS writeback_v ON k = writeback_v.writeback_1 … SET …
+//	DELETE t FROM t JOIN (…) AS writeback_v ON …
+//
+// With n = 1 it is still the joined form.
 func (w KeyedWrite) Rows(n, params int, types []string) string {
 	var b strings.Builder
-	b.WriteString(w.head)
-	if w.update {
+	arg := func(i int) string { return joinedArgs + ".writeback_" + strconv.Itoa(i) }
+	set := func() {
 		at := 0
 		for _, t := range w.setPhs {
 			b.WriteString(w.set[at:t.Pos])
-			b.WriteString(joinedArgs + ".writeback_" + t.Text)
+			i, _ := strconv.Atoi(t.Text)
+			b.WriteString(arg(i))
 			at = t.End
 		}
 		b.WriteString(w.set[at:])
+	}
+	keys := func() {
+		for i, k := range w.keys {
+			if i > 0 {
+				b.WriteString(" AND ")
+			}
+			b.WriteString(k.col + " = " + arg(k.arg))
+		}
+	}
+	if w.d == MySQL {
+		if w.update {
+			b.WriteString(w.head)
+		} else {
+			b.WriteString("DELETE " + w.table + " FROM " + w.table)
+		}
+		b.WriteString(" JOIN (")
+		for k := range n {
+			if k > 0 {
+				b.WriteString(" UNION ALL ")
+			}
+			b.WriteString("SELECT ")
+			for i := range params {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteByte('?')
+				if k == 0 {
+					b.WriteString(" AS writeback_" + strconv.Itoa(i+1))
+				}
+			}
+		}
+		b.WriteString(") AS " + joinedArgs + " ON ")
+		keys()
+		if w.update {
+			set()
+		}
+		return b.String()
+	}
+	b.WriteString(w.head)
+	if w.update {
+		set()
 		b.WriteString(" FROM (VALUES ")
 	} else {
 		b.WriteString(" USING (VALUES ")
@@ -180,11 +270,6 @@ func (w KeyedWrite) Rows(n, params int, types []string) string {
 		b.WriteString("writeback_" + strconv.Itoa(i+1))
 	}
 	b.WriteString(") WHERE ")
-	for i, k := range w.keys {
-		if i > 0 {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(k.col + " = " + joinedArgs + ".writeback_" + strconv.Itoa(k.arg))
-	}
+	keys()
 	return b.String()
 }

@@ -45,7 +45,20 @@ func TestSingleKeyedWrite(t *testing.T) {
 		{Postgres, "DELETE FROM t", 0, nil, ""},
 		{Postgres, "DELETE FROM t WHERE k = $1 AND", 1, nil, ""},
 		{Postgres, "INSERT INTO t (k) VALUES ($1)", 1, nil, ""},
-		{MySQL, "UPDATE t SET a = ? WHERE k = ?", 2, nil, ""}, // MySQL: not joined
+
+		// MySQL: a derived table of the arguments
+		{MySQL, "UPDATE stock SET q = CASE WHEN q >= ? + 10 THEN q - ? ELSE q + 91 END, `n` = n + 1 WHERE w = ? AND i = ?", 4, []int{3, 4},
+			"UPDATE stock JOIN (SELECT ? AS writeback_1, ? AS writeback_2, ? AS writeback_3, ? AS writeback_4 UNION ALL SELECT ?, ?, ?, ?) AS writeback_v" +
+				" ON w = writeback_v.writeback_3 AND i = writeback_v.writeback_4" +
+				" SET q = CASE WHEN q >= writeback_v.writeback_1 + 10 THEN q - writeback_v.writeback_2 ELSE q + 91 END, `n` = n + 1"},
+		{MySQL, "DELETE FROM new_order WHERE w = ? AND o = ?;", 2, []int{1, 2},
+			"DELETE new_order FROM new_order JOIN (SELECT ? AS writeback_1, ? AS writeback_2 UNION ALL SELECT ?, ?) AS writeback_v" +
+				" ON w = writeback_v.writeback_1 AND o = writeback_v.writeback_2"},
+		{MySQL, "UPDATE t SET a = a + 1, b = a WHERE k = ?", 1, nil, ""}, // b reads a, which a's assignment sets
+		{MySQL, "UPDATE t SET a = b, b = 1 WHERE k = ?", 1, nil, ""},     // a reads b, set after it
+		{MySQL, "UPDATE t SET `A` = 1 WHERE a = ?", 1, nil, ""},          // a key set (MySQL's names ignore case)
+		{MySQL, "UPDATE t SET a = ? WHERE k = ? ORDER BY k LIMIT 1", 2, nil, ""},
+		{MySQL, "UPDATE IGNORE t SET a = ? WHERE k = ?", 2, nil, ""},
 	} {
 		w, ok := SingleKeyedWrite(c.d, c.sql)
 		if ok != (c.keys != nil) {
@@ -66,27 +79,37 @@ func TestSingleKeyedWrite(t *testing.T) {
 
 // FuzzSingleKeyedWrite: SingleKeyedWrite never panics; a statement it
 // takes has keys among its placeholders, and its Rows(2) lexes, has two
-// rows of placeholders numbered 1 … 2·params and is not a keyed write
-// itself. Corpus in testdata/fuzz/FuzzSingleKeyedWrite.
+// rows of placeholders (PostgreSQL's numbered 1 … 2·params) and no other,
+// and is not a keyed write itself. Corpus in
+// testdata/fuzz/FuzzSingleKeyedWrite.
 func FuzzSingleKeyedWrite(f *testing.F) {
-	f.Add("UPDATE t SET a = a + $1, b = CAST($2 AS timestamp) WHERE k = $3 AND j = $4", 4)
-	f.Add("DELETE FROM ONLY t WHERE k = $1;", 1)
-	f.Add("UPDATE t SET k = $1 WHERE k = $2", 2)
-	f.Fuzz(func(t *testing.T, sql string, params int) {
+	f.Add(false, "UPDATE t SET a = a + $1, b = CAST($2 AS timestamp) WHERE k = $3 AND j = $4", 4)
+	f.Add(false, "DELETE FROM ONLY t WHERE k = $1;", 1)
+	f.Add(false, "UPDATE t SET k = $1 WHERE k = $2", 2)
+	f.Add(true, "UPDATE t SET a = CASE WHEN a > ? THEN ? ELSE a END WHERE k = ? AND j = ?", 4)
+	f.Add(true, "DELETE FROM t WHERE k = ?", 1)
+	f.Fuzz(func(t *testing.T, mysql bool, sql string, params int) {
+		d := Postgres
+		if mysql {
+			d = MySQL
+		}
 		params = params&0x1f + 1
-		w, ok := SingleKeyedWrite(Postgres, sql)
+		w, ok := SingleKeyedWrite(d, sql)
 		if !ok {
 			return
+		}
+		if len(w.Keys()) == 0 {
+			t.Fatalf("%q: no keys", sql)
 		}
 		types := make([]string, params)
 		for i := range types {
 			types[i] = "int4"
 		}
 		two := w.Rows(2, params, types)
-		if _, again := SingleKeyedWrite(Postgres, two); again {
+		if _, again := SingleKeyedWrite(d, two); again {
 			t.Fatalf("Rows(2) = %q is a keyed write", two)
 		}
-		toks, err := lex(Postgres, two, lexOptions{})
+		toks, err := lex(d, two, lexOptions{})
 		if err != nil {
 			t.Fatalf("Rows(2) = %q does not lex: %v", two, err)
 		}
@@ -94,16 +117,13 @@ func FuzzSingleKeyedWrite(f *testing.F) {
 		for _, tok := range toks {
 			if tok.Kind == Placeholder {
 				n++
-				if tok.Text != strconv.Itoa(n) {
+				if want := strconv.Itoa(n); d == Postgres && tok.Text != want {
 					t.Fatalf("Rows(2) = %q: placeholder %d is $%s", two, n, tok.Text)
 				}
 			}
 		}
 		if n != 2*params {
 			t.Fatalf("Rows(2) = %q has %d placeholders, want %d", two, n, 2*params)
-		}
-		if len(w.Keys()) == 0 {
-			t.Fatalf("%q: no keys", sql)
 		}
 	})
 }

@@ -19,12 +19,12 @@ import (
 //     or several sessions' in a row) become one multi-row INSERT of their
 //     rows in the same order. Only plain INSERT … VALUES of one row without
 //     a clock in it join (sqlcheck.RowInsert).
-//   - On PostgreSQL, UPDATEs and DELETEs that pick rows by key columns
-//     equal to placeholders (sqlcheck.KeyedWrite: an order's stock rows,
-//     a delivery's orders) become one statement over a VALUES list of their
-//     arguments, when their key arguments are integers, pairwise distinct:
-//     they then touch disjoint rows, each from its own arguments. A run
-//     with a repeated key is cut before the repetition.
+//   - UPDATEs and DELETEs that pick rows by key columns equal to
+//     placeholders (sqlcheck.KeyedWrite: an order's stock rows, a
+//     delivery's orders) become one statement joining the table with a
+//     list of their arguments, when their key arguments are integers,
+//     pairwise distinct: they then touch disjoint rows, each from its own
+//     arguments. A run with a repeated key is cut before the repetition.
 //
 // A table's statement-level triggers then fire once per joined statement,
 // and row triggers in the order the database visits the rows. When a
@@ -64,7 +64,8 @@ type paramTypes func(sql string) (types []string, ok bool)
 // joinRuns returns stmts with each run of consecutive executions of one
 // text, with as many arguments each, joined where they may be (see
 // above), up to maxJoinedRows rows and maxParams arguments a statement.
-// types gives a keyed write's placeholder types (nil: none is joined).
+// types gives a keyed write's placeholder types on PostgreSQL (nil: none
+// is joined there).
 func joinRuns(d sqlcheck.Dialect, stmts []batchStmt, types paramTypes) []batchStmt {
 	out := make([]batchStmt, 0, len(stmts))
 	for i := 0; i < len(stmts); {
@@ -83,8 +84,8 @@ func joinRuns(d sqlcheck.Dialect, stmts []batchStmt, types paramTypes) []batchSt
 		switch {
 		case sh.insertOK:
 			out = append(out, joined(sh.insert.Rows(j-i, len(first.args)), stmts[i:j]))
-		case sh.keyedOK && types != nil:
-			out = joinKeyed(out, sh.keyed, stmts[i:j], types)
+		case sh.keyedOK && (d == sqlcheck.MySQL || types != nil):
+			out = joinKeyed(out, d, sh.keyed, stmts[i:j], types)
 		default:
 			out = append(out, stmts[i:j]...)
 		}
@@ -105,16 +106,25 @@ func joined(sql string, run []batchStmt) batchStmt {
 
 // joinKeyed appends run, executions of the keyed write w, to out: joined
 // in groups whose key arguments are distinct integers, an execution whose
-// key is not an integer alone.
-func joinKeyed(out []batchStmt, w sqlcheck.KeyedWrite, run []batchStmt, types paramTypes) []batchStmt {
+// key is not an integer alone. On PostgreSQL types gives the placeholders'
+// types, and the keys' must be integer types. On MySQL, whose joined rows
+// are a derived table of literals, typed by MySQL from all of them, only
+// executions whose arguments are all integers or NULL join: a decimal in
+// exponent form would make a column DOUBLE, and a string would compare
+// under another collation's rules than as a literal.
+func joinKeyed(out []batchStmt, d sqlcheck.Dialect, w sqlcheck.KeyedWrite, run []batchStmt, types paramTypes) []batchStmt {
 	params := len(run[0].args)
-	ts, ok := types(run[0].sql)
 	keys := w.Keys()
-	for _, k := range keys {
-		ok = ok && k <= len(ts) && len(ts) == params && intTypes[ts[k-1]]
-	}
-	if !ok {
-		return append(out, run...)
+	var ts []string
+	if d == sqlcheck.Postgres {
+		var ok bool
+		ts, ok = types(run[0].sql)
+		for _, k := range keys {
+			ok = ok && k <= len(ts) && len(ts) == params && intTypes[ts[k-1]]
+		}
+		if !ok {
+			return append(out, run...)
+		}
 	}
 	var group []batchStmt
 	seen := map[string]bool{}
@@ -129,6 +139,9 @@ func joinKeyed(out []batchStmt, w sqlcheck.KeyedWrite, run []batchStmt, types pa
 	}
 	for _, s := range run {
 		key, ok := keyTuple(s.args, keys)
+		if ok && d == sqlcheck.MySQL {
+			ok = integersOnly(s.args)
+		}
 		if !ok {
 			flush()
 			out = append(out, s)
@@ -144,23 +157,40 @@ func joinKeyed(out []batchStmt, w sqlcheck.KeyedWrite, run []batchStmt, types pa
 	return out
 }
 
+// integersOnly reports whether every argument is an integer or NULL (MySQL's
+// arguments, see argValue).
+func integersOnly(args []any) bool {
+	for _, a := range args {
+		switch a.(type) {
+		case int64, nil:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // intTypes are the placeholder types whose values keyTuple compares.
 var intTypes = map[string]bool{"int2": true, "int4": true, "int8": true}
 
 // keyTuple returns the key arguments of an execution as one string of
-// canonical integers; ok is false unless each is the text of an integer
-// (PostgreSQL's arguments are text, see argValue). Two executions touch the
+// canonical integers; ok is false unless each is an integer: MySQL's
+// int64, or PostgreSQL's text of one (see argValue). Two executions touch the
 // same rows only if their tuples are equal: an integer column equals one
 // value.
 func keyTuple(args []any, keys []int) (string, bool) {
 	b := make([]byte, 0, 8*len(keys))
 	for _, k := range keys {
-		s, ok := args[k-1].(string)
-		if !ok {
-			return "", false
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		if err != nil {
+		var n int64
+		switch a := args[k-1].(type) {
+		case int64: // MySQL
+			n = a
+		case string: // PostgreSQL
+			var err error
+			if n, err = strconv.ParseInt(strings.TrimSpace(a), 10, 64); err != nil {
+				return "", false
+			}
+		default:
 			return "", false
 		}
 		b = strconv.AppendInt(b, n, 10)

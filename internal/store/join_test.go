@@ -233,10 +233,12 @@ func TestApplySessionsJoinsRuns(t *testing.T) {
 // A batch whose sessions update and delete rows by key one statement each
 // — runs with a repeated key, keys written differently ("06", " 7"), a
 // run across two sessions, two key columns — leaves exactly the rows those
-// statements leave run one by one; on PostgreSQL the runs are joined (a
-// statement-level trigger counts the UPDATEs: one per group of distinct
-// keys); and a joined UPDATE that fails names the session and statement at
-// fault, as unjoined statements do, with nothing applied.
+// statements leave run one by one; the runs are joined (PostgreSQL: a
+// statement-level trigger counts the UPDATEs, one per group of distinct
+// keys; MariaDB, which joins only integer arguments: the apply
+// connection's statement counters); and a joined UPDATE that fails names
+// the session and statement at fault, as unjoined statements do, with
+// nothing applied.
 func TestApplySessionsJoinedKeyed(t *testing.T) {
 	eachStore(t, func(t *testing.T, h *harness) {
 		ss := sessionStore(t, h)
@@ -253,6 +255,7 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 			upd := "UPDATE " + tbl + " SET n = n + " + h.ph(1) + ", k = coalesce(k, 0) + 10, s = " + h.ph(2) + " WHERE id = " + h.ph(3)
 			del := "DELETE FROM " + tbl + " WHERE id = " + h.ph(1)
 			two := "UPDATE " + tbl + " SET t = " + ts + ", j = " + h.ph(2) + " WHERE id = " + h.ph(3) + " AND k = " + h.ph(4)
+			inc := "UPDATE " + tbl + " SET k = coalesce(k, 0) + " + h.ph(1) + " WHERE id = " + h.ph(2)
 			return []Statement{
 					{SQL: upd, Args: args("1.25", `"one"`, "1")},
 					{SQL: upd, Args: args("2", `"two"`, "2")},
@@ -266,6 +269,10 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 					{SQL: two, Args: args(`"2026-11-30 10:00:02"`, `null`, "8", "1")}, // k is 0: no row
 					{SQL: upd, Args: args("6", `"six"`, `"06"`)},
 					{SQL: upd, Args: args("7", `"seven"`, `" 7"`)},
+					{SQL: inc, Args: args("1", "1")}, // integers only: joined on MySQL too
+					{SQL: inc, Args: args("2", "2")},
+					{SQL: inc, Args: args("3", "1")},
+					{SQL: inc, Args: args("4", "3")},
 				}
 		}
 		rows := func(tbl string) []json.RawMessage {
@@ -288,8 +295,22 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 
 		tbl := h.table(t, joinDDL)
 		seed(tbl)
-		updates := func() int { return 0 }
-		if st, ok := h.s.(*pgStore); ok {
+		var updates func() int
+		switch st := h.s.(type) {
+		case *myStore:
+			// the apply connection's statements: joined ones are multi-table
+			st.applyDB.SetMaxOpenConns(1)
+			updates = func() int {
+				n := 0
+				for _, v := range []string{"Com_update", "Com_update_multi", "Com_delete", "Com_delete_multi"} {
+					var name string
+					var c int
+					require.NoError(t, st.applyDB.QueryRowContext(t.Context(), "SHOW SESSION STATUS LIKE '"+v+"'").Scan(&name, &c))
+					n = n*100 + c%100
+				}
+				return n
+			}
+		case *pgStore:
 			counter := h.table(t, map[string]string{"postgres": "CREATE TABLE %s (n int)"})
 			fn := counter + "_count"
 			h.exec(t, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO "+counter+" VALUES (1); RETURN NULL; END $$")
@@ -301,6 +322,7 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 				return n
 			}
 		}
+		before := updates()
 		a, b = statements(tbl)
 		s1 := Session{ID: newSessionID(t), Queue: "k/1", Seq: 1, Statements: a}
 		s2 := Session{ID: newSessionID(t), Queue: "k/1", Seq: 2, Statements: b}
@@ -311,15 +333,21 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 		require.Equal(t, []bool{true, true}, applied)
 		require.Equal(t, rows(ref), rows(tbl))
 		if h.driver == "postgres" {
-			// (1, 2), (1, 3), (6, 7, 8) of two, (06, 7): four, not nine.
-			require.Equal(t, 4, updates(), "UPDATE statements: want one per group of distinct keys")
+			// upd (1, 2), (1, 3); two (6, 7, 8); upd (06, 7); inc (1, 2),
+			// (1, 3): six, not thirteen.
+			require.Equal(t, 6, updates()-before, "UPDATE statements: want one per group of distinct keys")
+		} else {
+			// Joined only where every argument is an integer: upd and two
+			// one by one (9), inc (1, 2), (1, 3) joined (2 multi-table);
+			// the DELETEs (4, 5) joined (1 multi-table).
+			require.Equal(t, 9_02_00_01, updates()-before, "Com_update, Com_update_multi, Com_delete, Com_delete_multi (two digits each)")
 		}
 
 		// A value too long in the second execution of a joined run: the
 		// error names session 1 (of 0, 1), statement 3, nothing applied.
 		bad := h.table(t, joinDDL)
 		seed(bad)
-		before := rows(bad)
+		was := rows(bad)
 		a, b = statements(bad)
 		b[3].Args[1] = json.RawMessage(`"` + strings.Repeat("x", 41) + `"`)
 		s3 := Session{ID: newSessionID(t), Queue: "k/2", Seq: 1, Statements: a}
@@ -331,6 +359,6 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 		require.ErrorAs(t, err, &se)
 		require.Equal(t, 1, se.Index)
 		require.Equal(t, 3, se.Statement)
-		require.Equal(t, before, rows(bad))
+		require.Equal(t, was, rows(bad))
 	})
 }
