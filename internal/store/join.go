@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,15 +128,14 @@ func joinKeyed(out []batchStmt, d sqlcheck.Dialect, w sqlcheck.KeyedWrite, run [
 		}
 	}
 	var group []batchStmt
-	seen := map[string]bool{}
+	var seen []string // the group's keys: a few dozen at most (maxJoinedRows)
 	flush := func() {
 		if len(group) == 1 {
 			out = append(out, group[0])
 		} else if len(group) > 1 {
 			out = append(out, joined(w.Rows(len(group), params, ts), group))
 		}
-		group = group[:0]
-		clear(seen)
+		group, seen = group[:0], seen[:0]
 	}
 	for _, s := range run {
 		key, ok := keyTuple(s.args, keys)
@@ -147,11 +147,10 @@ func joinKeyed(out []batchStmt, d sqlcheck.Dialect, w sqlcheck.KeyedWrite, run [
 			out = append(out, s)
 			continue
 		}
-		if seen[key] {
+		if slices.Contains(seen, key) {
 			flush()
 		}
-		group = append(group, s)
-		seen[key] = true
+		group, seen = append(group, s), append(seen, key)
 	}
 	flush()
 	return out
