@@ -100,6 +100,9 @@ func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
 				return KeyedWrite{}, false
 			}
 			col := name(toks[p.i-1]) // the column's own name, qualified or not
+			if assigned[col] {
+				return KeyedWrite{}, false // set twice: MySQL's second sees the first
+			}
 			assigned[col] = true
 			if !p.acceptP("=") {
 				return KeyedWrite{}, false
@@ -191,6 +194,15 @@ const joinedArgs = "writeback_v"
 // With n = 1 it is still the joined form.
 func (w KeyedWrite) Rows(n, params int, types []string) string {
 	var b strings.Builder
+	// list writes item(0) … item(n-1) separated by sep.
+	list := func(n int, sep string, item func(i int)) {
+		for i := range n {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			item(i)
+		}
+	}
 	arg := func(i int) string { return joinedArgs + ".writeback_" + strconv.Itoa(i) }
 	set := func() {
 		at := 0
@@ -203,12 +215,7 @@ func (w KeyedWrite) Rows(n, params int, types []string) string {
 		b.WriteString(w.set[at:])
 	}
 	keys := func() {
-		for i, k := range w.keys {
-			if i > 0 {
-				b.WriteString(" AND ")
-			}
-			b.WriteString(k.col + " = " + arg(k.arg))
-		}
+		list(len(w.keys), " AND ", func(i int) { b.WriteString(w.keys[i].col + " = " + arg(w.keys[i].arg)) })
 	}
 	if w.d == MySQL {
 		if w.update {
@@ -217,21 +224,15 @@ func (w KeyedWrite) Rows(n, params int, types []string) string {
 			b.WriteString("DELETE " + w.table + " FROM " + w.table)
 		}
 		b.WriteString(" JOIN (")
-		for k := range n {
-			if k > 0 {
-				b.WriteString(" UNION ALL ")
-			}
+		list(n, " UNION ALL ", func(k int) {
 			b.WriteString("SELECT ")
-			for i := range params {
-				if i > 0 {
-					b.WriteString(", ")
-				}
+			list(params, ", ", func(i int) {
 				b.WriteByte('?')
 				if k == 0 {
 					b.WriteString(" AS writeback_" + strconv.Itoa(i+1))
 				}
-			}
-		}
+			})
+		})
 		b.WriteString(") AS " + joinedArgs + " ON ")
 		keys()
 		if w.update {
@@ -246,29 +247,15 @@ func (w KeyedWrite) Rows(n, params int, types []string) string {
 	} else {
 		b.WriteString(" USING (VALUES ")
 	}
-	for k := range n {
-		if k > 0 {
-			b.WriteString(", ")
-		}
+	list(n, ", ", func(k int) {
 		b.WriteByte('(')
-		for i := range params {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(1 + i + k*params))
-			b.WriteString("::")
-			b.WriteString(types[i])
-		}
+		list(params, ", ", func(i int) {
+			b.WriteString("$" + strconv.Itoa(1+i+k*params) + "::" + types[i])
+		})
 		b.WriteByte(')')
-	}
+	})
 	b.WriteString(") AS " + joinedArgs + " (")
-	for i := range params {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("writeback_" + strconv.Itoa(i+1))
-	}
+	list(params, ", ", func(i int) { b.WriteString("writeback_" + strconv.Itoa(i+1)) })
 	b.WriteString(") WHERE ")
 	keys()
 	return b.String()

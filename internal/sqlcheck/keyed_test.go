@@ -54,9 +54,10 @@ func TestSingleKeyedWrite(t *testing.T) {
 		{MySQL, "DELETE FROM new_order WHERE w = ? AND o = ?;", 2, []int{1, 2},
 			"DELETE new_order FROM new_order JOIN (SELECT ? AS writeback_1, ? AS writeback_2 UNION ALL SELECT ?, ?) AS writeback_v" +
 				" ON w = writeback_v.writeback_1 AND o = writeback_v.writeback_2"},
-		{MySQL, "UPDATE t SET a = a + 1, b = a WHERE k = ?", 1, nil, ""}, // b reads a, which a's assignment sets
-		{MySQL, "UPDATE t SET a = b, b = 1 WHERE k = ?", 1, nil, ""},     // a reads b, set after it
-		{MySQL, "UPDATE t SET `A` = 1 WHERE a = ?", 1, nil, ""},          // a key set (MySQL's names ignore case)
+		{MySQL, "UPDATE t SET a = a + 1, b = a WHERE k = ?", 1, nil, ""},     // b reads a, which a's assignment sets
+		{MySQL, "UPDATE t SET a = b, b = 1 WHERE k = ?", 1, nil, ""},         // a reads b, set after it
+		{MySQL, "UPDATE t SET a = a + 1, A = a + 1 WHERE k = ?", 1, nil, ""}, // a set twice
+		{MySQL, "UPDATE t SET `A` = 1 WHERE a = ?", 1, nil, ""},              // a key set (MySQL's names ignore case)
 		{MySQL, "UPDATE t SET a = ? WHERE k = ? ORDER BY k LIMIT 1", 2, nil, ""},
 		{MySQL, "UPDATE IGNORE t SET a = ? WHERE k = ?", 2, nil, ""},
 	} {

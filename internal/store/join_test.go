@@ -112,10 +112,7 @@ var joinDDL = map[string]string{
 func TestApplySessionsJoinedInserts(t *testing.T) {
 	eachStore(t, func(t *testing.T, h *harness) {
 		ss := sessionStore(t, h)
-		ts := "CAST(" + h.ph(4) + " AS timestamp)"
-		if h.driver == "mysql" {
-			ts = "CAST(" + h.ph(4) + " AS datetime(6))"
-		}
+		ts := castTimestamp(h, 4)
 		statements := func(tbl string) ([]Statement, []Statement) {
 			ins := "INSERT INTO " + tbl + " (id, n, s, t, j) VALUES (" + h.ph(1) + ", " + h.ph(2) + ", " + h.ph(3) + ", " + ts + ", " + h.ph(5) + ")"
 			short := "INSERT INTO " + tbl + " (id, k) VALUES (" + h.ph(1) + ", " + h.ph(2) + " + 1)"
@@ -166,12 +163,7 @@ func TestApplySessionsJoinedInserts(t *testing.T) {
 		s3 := Session{ID: newSessionID(t), Queue: "j/2", Seq: 1, Statements: a}
 		s4 := Session{ID: newSessionID(t), Queue: "j/2", Seq: 2, Statements: b}
 		_, err = ss.ApplySessions(t.Context(), []Session{s3, s4})
-		require.Error(t, err)
-		require.True(t, IsPermanent(err), "a duplicate key is permanent: %v", err)
-		var se *SessionError
-		require.ErrorAs(t, err, &se)
-		require.Equal(t, 1, se.Index)
-		require.Equal(t, 2, se.Statement)
+		requireStatementError(t, err, 1, 2)
 		require.Empty(t, rows(bad))
 	})
 }
@@ -242,10 +234,7 @@ func TestApplySessionsJoinsRuns(t *testing.T) {
 func TestApplySessionsJoinedKeyed(t *testing.T) {
 	eachStore(t, func(t *testing.T, h *harness) {
 		ss := sessionStore(t, h)
-		ts := "CAST(" + h.ph(1) + " AS timestamp)"
-		if h.driver == "mysql" {
-			ts = "CAST(" + h.ph(1) + " AS datetime(6))"
-		}
+		ts := castTimestamp(h, 1)
 		seed := func(tbl string) {
 			for id := 1; id <= 8; id++ {
 				h.exec(t, fmt.Sprintf("INSERT INTO %s (id, n, s, k) VALUES (%d, %d.5, 'row %d', %d)", tbl, id, id, id, id%2))
@@ -353,12 +342,28 @@ func TestApplySessionsJoinedKeyed(t *testing.T) {
 		s3 := Session{ID: newSessionID(t), Queue: "k/2", Seq: 1, Statements: a}
 		s4 := Session{ID: newSessionID(t), Queue: "k/2", Seq: 2, Statements: b}
 		_, err = ss.ApplySessions(t.Context(), []Session{s3, s4})
-		require.Error(t, err)
-		require.True(t, IsPermanent(err), "a value too long is permanent: %v", err)
-		var se *SessionError
-		require.ErrorAs(t, err, &se)
-		require.Equal(t, 1, se.Index)
-		require.Equal(t, 3, se.Statement)
+		requireStatementError(t, err, 1, 3)
 		require.Equal(t, was, rows(bad))
 	})
+}
+
+// requireStatementError checks that err is a permanent failure of the
+// batch's session i, statement j: the data's fault, as the statement run
+// alone would report it.
+func requireStatementError(t *testing.T, err error, i, j int) {
+	t.Helper()
+	require.Error(t, err)
+	require.True(t, IsPermanent(err), "permanent: %v", err)
+	var se *SessionError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, i, se.Index)
+	require.Equal(t, j, se.Statement)
+}
+
+// castTimestamp is placeholder i cast to the store's timestamp type.
+func castTimestamp(h *harness, i int) string {
+	if h.driver == "mysql" {
+		return "CAST(" + h.ph(i) + " AS datetime(6))"
+	}
+	return "CAST(" + h.ph(i) + " AS timestamp)"
 }

@@ -29,6 +29,9 @@ type pgStore struct {
 	// types caches, per table name, the type of each column (see casts);
 	// Describe refreshes it.
 	types sync.Map // table name → map[column]type
+	// keyed caches the placeholder types of keyed writes by statement
+	// text (see keyedTypes).
+	keyed paramCache
 }
 
 var _ Store = (*pgStore)(nil)

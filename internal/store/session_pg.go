@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,6 +69,7 @@ func (s *pgStore) ApplySessions(ctx context.Context, sessions []Session) ([]bool
 	return retryTx(pgRetryable, func() ([]bool, error) {
 		applied, err := s.applySessionsOnce(ctx, sessions, true)
 		if errors.Is(err, errJoinedFailed) {
+			s.keyed.reset() // a changed table may have made a cached type wrong
 			return s.applySessionsOnce(ctx, sessions, false)
 		}
 		return applied, err
@@ -94,7 +96,7 @@ func (s *pgStore) applySessionsOnce(ctx context.Context, sessions []Session, joi
 	}
 	var types paramTypes
 	if join {
-		types = pgKeyedTypes(ctx, conn.Conn(), sessions)
+		types = s.keyedTypes(ctx, conn.Conn(), sessions)
 	}
 	done, err := pgAppliedIDs(ctx, conn.Conn(), ids, sessions[0].Lock)
 	if err != nil {
@@ -184,14 +186,13 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 	return applied, nil
 }
 
-// pgKeyedTypes returns the placeholder types of the keyed writes that
-// sessions run twice or more in a row (see joinRuns), from their prepared
-// statements on conn, prepared here, before the transaction, if they are
-// not yet (a statement that does not prepare is not joined; running it
-// tells what is wrong with it). Named by their text, the prepared
-// statements are also what the batch runs for them.
-func pgKeyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Session) paramTypes {
-	var types map[string][]string
+// keyedTypes returns the placeholder types of the keyed writes that
+// sessions run twice or more in a row (see joinRuns), as the store
+// describes their statements: from s.keyed, or described on conn here,
+// before the transaction, as an unnamed statement (one that does not
+// prepare is not joined; running it tells what is wrong with it).
+func (s *pgStore) keyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Session) paramTypes {
+	types := map[string][]string{}
 	prev := ""
 	for _, ss := range sessions {
 		for _, st := range ss.Statements {
@@ -203,22 +204,23 @@ func pgKeyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Session) param
 			if _, seen := types[sql]; seen || !shapeOf(sqlcheck.Postgres, sql).keyedOK {
 				continue
 			}
-			if types == nil {
-				types = map[string][]string{}
-			}
-			types[sql] = nil
-			sd, err := conn.Prepare(ctx, sql, sql)
-			if err != nil {
-				continue
-			}
-			names := make([]string, len(sd.ParamOIDs))
-			for i, oid := range sd.ParamOIDs {
-				t, ok := conn.TypeMap().TypeForOID(oid)
-				if !ok || !castable(t.Name) {
-					names = nil
-					break
+			names, ok := s.keyed.get(sql)
+			if !ok {
+				sd, err := conn.PgConn().Prepare(ctx, "", sql, nil)
+				if err != nil {
+					types[sql] = nil
+					continue
 				}
-				names[i] = t.Name
+				names = make([]string, len(sd.ParamOIDs))
+				for i, oid := range sd.ParamOIDs {
+					t, ok := conn.TypeMap().TypeForOID(oid)
+					if !ok || !castable(t.Name) {
+						names = nil
+						break
+					}
+					names[i] = t.Name
+				}
+				s.keyed.put(sql, names)
 			}
 			types[sql] = names
 		}
@@ -227,6 +229,37 @@ func pgKeyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Session) param
 		ts := types[sql]
 		return ts, ts != nil
 	}
+}
+
+// paramCache holds statement texts' placeholder types (nil: not castable).
+// Bounded: full, it starts over.
+type paramCache struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+const maxParamCache = 1024
+
+func (c *paramCache) get(sql string) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ts, ok := c.m[sql]
+	return ts, ok
+}
+
+func (c *paramCache) put(sql string, types []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxParamCache {
+		c.m = map[string][]string{}
+	}
+	c.m[sql] = types
+}
+
+func (c *paramCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
 }
 
 // castable reports whether a type name can follow :: as it is: a plain
