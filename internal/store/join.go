@@ -180,6 +180,9 @@ var intTypes = map[string]bool{"int2": true, "int4": true, "int8": true}
 func keyTuple(args []any, keys []int) (string, bool) {
 	b := make([]byte, 0, 8*len(keys))
 	for _, k := range keys {
+		if k > len(args) {
+			return "", false // fewer arguments than placeholders: the store says so, unjoined
+		}
 		var n int64
 		switch a := args[k-1].(type) {
 		case int64: // MySQL

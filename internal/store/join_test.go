@@ -96,6 +96,10 @@ func TestJoinKeyed(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 	require.Equal(t, in[4:6], joinRuns(sqlcheck.Postgres, in[4:6], types), "one joinable alone is sent as it is")
+	short := []batchStmt{st(del, 2, 0), st(del, 2, 1)} // no argument for $1: the store's error, unjoined
+	require.Equal(t, short, joinRuns(sqlcheck.Postgres, short, func(string) ([]string, bool) { return nil, true }))
+	mshort := []batchStmt{st("DELETE FROM t WHERE a = ?", 2, 0), st("DELETE FROM t WHERE a = ?", 2, 1)}
+	require.Equal(t, mshort, joinRuns(sqlcheck.MySQL, mshort, nil))
 	require.Equal(t, in[:2], joinRuns(sqlcheck.Postgres, in[:2], nil), "no types: not joined")
 }
 
