@@ -22,10 +22,7 @@ func FuzzCheckDML(f *testing.F) {
 	f.Add(true, "INSERT INTO account (id, n) VALUES (?, ?) ON DUPLICATE KEY UPDATE n = n + VALUES(n)", 2)
 	f.Add(false, "INSERT INTO account AS a (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET n = a.n + excluded.n", 1)
 	f.Fuzz(func(t *testing.T, mysql bool, sql string, nargs int) {
-		d := Postgres
-		if mysql {
-			d = MySQL
-		}
+		d := fuzzDialect(mysql)
 		st, err := CheckDML(d, sql, fuzzTables, nargs)
 		if err != nil {
 			var e *Error
@@ -121,4 +118,12 @@ func TestAcceptedProperties(t *testing.T) {
 		}
 		checkAccepted(t, Postgres, sql, strings.Count(sql, "$"), st)
 	}
+}
+
+// fuzzDialect is the dialect a fuzzer's mysql input picks.
+func fuzzDialect(mysql bool) Dialect {
+	if mysql {
+		return MySQL
+	}
+	return Postgres
 }

@@ -47,12 +47,9 @@ type keyColumn struct {
 // not one (or does not lex). It does not check the statement otherwise:
 // CheckDML does, when the session commits.
 func SingleKeyedWrite(d Dialect, sql string) (w KeyedWrite, ok bool) {
-	toks, err := lex(d, sql, lexOptions{})
+	toks, err := lexStatement(d, sql, lexOptions{})
 	if err != nil {
 		return KeyedWrite{}, false
-	}
-	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
-		toks = toks[:n-1]
 	}
 	// MySQL's placeholders are numbered here, by their order.
 	n := 0

@@ -90,10 +90,7 @@ func FuzzSingleKeyedWrite(f *testing.F) {
 	f.Add(true, "UPDATE t SET a = CASE WHEN a > ? THEN ? ELSE a END WHERE k = ? AND j = ?", 4)
 	f.Add(true, "DELETE FROM t WHERE k = ?", 1)
 	f.Fuzz(func(t *testing.T, mysql bool, sql string, params int) {
-		d := Postgres
-		if mysql {
-			d = MySQL
-		}
+		d := fuzzDialect(mysql)
 		params = params&0x1f + 1
 		w, ok := SingleKeyedWrite(d, sql)
 		if !ok {

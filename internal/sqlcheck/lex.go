@@ -141,6 +141,15 @@ func lex(d Dialect, sql string, o lexOptions) ([]Token, error) {
 	return out, nil
 }
 
+// lexStatement is lex without the statement's trailing ";", if any.
+func lexStatement(d Dialect, sql string, o lexOptions) ([]Token, error) {
+	toks, err := lex(d, sql, o)
+	if n := len(toks); err == nil && n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
+		toks = toks[:n-1]
+	}
+	return toks, err
+}
+
 // stringEnd returns the end of the string literal at i (trusted queries).
 func stringEnd(d Dialect, sql string, i int) (int, error) {
 	start, c := i, sql[i]

@@ -20,12 +20,9 @@ type RowInsert struct {
 // a plain single-row INSERT (or does not lex). It does not check the
 // statement otherwise: CheckDML does, when the session commits.
 func SingleRowInsert(d Dialect, sql string) (r RowInsert, ok bool) {
-	toks, err := lex(d, sql, lexOptions{})
+	toks, err := lexStatement(d, sql, lexOptions{})
 	if err != nil {
 		return RowInsert{}, false
-	}
-	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
-		toks = toks[:n-1]
 	}
 	p := &parser{d: d, toks: toks, funcs: map[string]bool{}}
 	if !p.accept("insert") || !p.accept("into") {

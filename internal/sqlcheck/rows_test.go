@@ -71,10 +71,7 @@ func FuzzSingleRowInsert(f *testing.F) {
 	f.Add(false, "insert into \"T\" values ($3 + $1, NULL, $2::int)", 3)
 	f.Add(false, "INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING", 1)
 	f.Fuzz(func(t *testing.T, mysql bool, sql string, params int) {
-		d := Postgres
-		if mysql {
-			d = MySQL
-		}
+		d := fuzzDialect(mysql)
 		params = params&0xff + 1
 		r, ok := SingleRowInsert(d, sql)
 		if !ok {

@@ -58,12 +58,9 @@ func CheckDML(d Dialect, sql string, tables []string, nargs int) (Statement, err
 	if d != Postgres && d != MySQL {
 		return Statement{}, refuse("unknown SQL dialect %q", d)
 	}
-	toks, err := lex(d, sql, lexOptions{})
+	toks, err := lexStatement(d, sql, lexOptions{})
 	if err != nil {
 		return Statement{}, err
-	}
-	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
-		toks = toks[:n-1]
 	}
 	if len(toks) == 0 {
 		return Statement{}, refuse("the statement is empty")
@@ -301,12 +298,9 @@ func describeName(t Token) string {
 // SELECT, string literals allowed): the highest $n for PostgreSQL, the
 // number of ? for MySQL. It refuses several statements and comments.
 func Placeholders(d Dialect, sql string) (int, error) {
-	toks, err := lex(d, sql, lexOptions{strings: true})
+	toks, err := lexStatement(d, sql, lexOptions{strings: true})
 	if err != nil {
 		return 0, err
-	}
-	if n := len(toks); n > 0 && toks[n-1].Kind == Punct && toks[n-1].Text == ";" {
-		toks = toks[:n-1]
 	}
 	if len(toks) == 0 {
 		return 0, refuse("the query is empty")

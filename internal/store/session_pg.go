@@ -192,7 +192,7 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])`, newIDs, queues, seqs)
 // before the transaction, as an unnamed statement (one that does not
 // prepare is not joined; running it tells what is wrong with it).
 func (s *pgStore) keyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Session) paramTypes {
-	types := map[string][]string{}
+	var types map[string][]string // texts looked at; nil until one is: most batches have no run
 	prev := ""
 	for _, ss := range sessions {
 		for _, st := range ss.Statements {
@@ -203,6 +203,9 @@ func (s *pgStore) keyedTypes(ctx context.Context, conn *pgx.Conn, sessions []Ses
 			}
 			if _, seen := types[sql]; seen || !shapeOf(sqlcheck.Postgres, sql).keyedOK {
 				continue
+			}
+			if types == nil {
+				types = map[string][]string{}
 			}
 			names, ok := s.keyed.get(sql)
 			if !ok {
