@@ -1,17 +1,17 @@
 // Package client is a Go client for the writeback sidecar's HTTP API
-// (documents, flush, status and probes). It speaks JSON over net/http and
-// shares its body types (types.go) with the server. It holds no state beyond
+// (documents, sessions, flush, status and probes). It speaks JSON over
+// HTTP/1.1 — its own pool of kept-alive connections (transport.go), or an
+// *http.Client given with WithHTTPClient — and shares its body types
+// (types.go) with the server. It holds no state beyond
 // the connection pool and, when asked, copies of immutable entries
 // (WithImmutableCache), so one Client serves any number of goroutines.
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,7 +26,8 @@ import (
 type Client struct {
 	base  string // scheme://host[:port][/prefix], no trailing slash
 	token string
-	http  *http.Client
+	http  *http.Client // WithHTTPClient's; nil: the default
+	rt    transport
 	kept  *kept.Copies // immutable entries kept (WithImmutableCache); nil: none
 }
 
@@ -36,10 +37,12 @@ type Option func(*Client)
 // WithToken sends "Authorization: Bearer <token>" with every request.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
-// WithHTTPClient uses hc instead of the package's shared client.
+// WithHTTPClient sends the requests with hc (its transport, timeouts,
+// TLS, proxies) instead of the package's own connections.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
 
-// sharedTransport is used by every Client without WithHTTPClient. It keeps
+// sharedTransport is used by every Client of an https:// sidecar without
+// WithHTTPClient (an http:// one uses the package's pool). It keeps
 // connections alive and allows many idle ones per host: a benchmark runs
 // hundreds of goroutines against one sidecar, and with net/http's default of
 // 2 idle connections per host most requests would open a new connection.
@@ -64,9 +67,22 @@ func New(baseURL string, opts ...Option) *Client {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	c := &Client{base: base, http: sharedClient}
+	c := &Client{base: base}
 	for _, o := range opts {
 		o(c)
+	}
+	switch u, err := url.Parse(base); {
+	case c.http != nil:
+		c.rt = netTransport{c.http}
+	case err == nil && u.Scheme == "http" && u.Host != "" && u.User == nil:
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "80")
+		}
+		c.rt = poolFor(host)
+	default:
+		// https, or a base URL the requests will report as bad.
+		c.rt = netTransport{sharedClient}
 	}
 	return c
 }
@@ -153,23 +169,21 @@ func (c *Client) GetIfNoneMatch(ctx context.Context, coll, id, etag string) (doc
 	if err != nil {
 		return nil, "", false, err
 	}
-	h := http.Header{}
 	var also []int
 	if etag != "" {
-		h.Set("If-None-Match", etag)
 		also = append(also, http.StatusNotModified)
 	}
-	resp, body, err := c.do(ctx, http.MethodGet, p, nil, h, also...)
+	a, err := c.do(ctx, &request{method: http.MethodGet, url: c.base + p, ifNoneMatch: etag}, also...)
 	if err != nil {
 		return nil, "", false, err
 	}
-	if resp.StatusCode == http.StatusNotModified {
-		if e := resp.Header.Get("ETag"); e != "" {
-			etag = e
+	if a.status == http.StatusNotModified {
+		if a.etag != "" {
+			etag = a.etag
 		}
 		return nil, etag, true, nil
 	}
-	return json.RawMessage(body), resp.Header.Get("ETag"), false, nil
+	return json.RawMessage(a.body), a.etag, false, nil
 }
 
 // Put inserts or replaces a whole document and returns the change's
@@ -313,31 +327,31 @@ func (c *Client) DropDeadLetters(ctx context.Context, sel DeadLetterAction) (int
 
 // Healthz returns nil when the sidecar process is alive.
 func (c *Client) Healthz(ctx context.Context) error {
-	_, _, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil)
+	_, err := c.do(ctx, &request{method: http.MethodGet, url: c.base + "/healthz"})
 	return err
 }
 
 // Readyz returns nil when the sidecar can reach Redis and its stores.
 func (c *Client) Readyz(ctx context.Context) error {
-	_, _, err := c.do(ctx, http.MethodGet, "/readyz", nil, nil)
+	_, err := c.do(ctx, &request{method: http.MethodGet, url: c.base + "/readyz"})
 	return err
 }
 
 // doJSON sends in (if not nil) as JSON and decodes a 2xx answer into out.
 func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	r := &request{method: method, url: c.base + path}
 	if in != nil {
 		b, err := encode(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		r.body = b
 	}
-	_, data, err := c.do(ctx, method, path, body, nil)
+	a, err := c.do(ctx, r)
 	if err != nil {
 		return err
 	}
-	if err := decodeAnswer(data, out); err != nil {
+	if err := decodeAnswer(a.body, out); err != nil {
 		return fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
 	}
 	return nil
@@ -357,69 +371,45 @@ func encode(v any) ([]byte, error) {
 	return b, nil
 }
 
-// do sends one request and reads the whole answer, so the connection goes
-// back to the pool. Statuses 2xx and those in also succeed; any other
-// becomes an *Error.
-func (c *Client) do(ctx context.Context, method, path string, body io.Reader, h http.Header, also ...int) (*http.Response, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+// do sends r with the client's token and reads the whole answer.
+// Statuses 2xx and those in also succeed; any other becomes an *Error.
+func (c *Client) do(ctx context.Context, r *request, also ...int) (answer, error) {
+	r.token = c.token
+	a, err := c.rt.roundTrip(ctx, r)
 	if err != nil {
-		return nil, nil, fmt.Errorf("client: %w", err)
+		return answer{}, err
 	}
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	if n := resp.ContentLength; n > 0 {
-		buf.Grow(int(min(n, 1<<20)) + bytes.MinRead) // one allocation when the length is known
-	}
-	_, err = buf.ReadFrom(resp.Body)
-	data := buf.Bytes()
-	if err != nil {
-		return nil, nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, data, nil
+	if a.status/100 == 2 {
+		return a, nil
 	}
 	for _, s := range also {
-		if resp.StatusCode == s {
-			return resp, data, nil
+		if a.status == s {
+			return a, nil
 		}
 	}
-	return nil, nil, newError(resp, data)
+	return answer{}, newError(a)
 }
 
 // newError builds an *Error from an error answer: the JSON error body when
 // there is one, else the status (and a short plain-text body, which is what
 // the probes send).
-func newError(resp *http.Response, data []byte) *Error {
-	e := &Error{StatusCode: resp.StatusCode}
+func newError(a answer) *Error {
+	e := &Error{StatusCode: a.status}
 	var eb ErrorBody
-	if json.Unmarshal(data, &eb) == nil {
+	if json.Unmarshal(a.body, &eb) == nil {
 		e.Code, e.Message, e.Retry = eb.Error.Code, eb.Error.Message, eb.Error.Retry
 	}
 	if e.Code == "" {
-		e.Code = codeOf(resp.StatusCode)
+		e.Code = codeOf(a.status)
 	}
 	if e.Message == "" {
-		if t := strings.TrimSpace(string(data)); t != "" && len(t) <= 512 && !strings.HasPrefix(t, "{") {
+		if t := strings.TrimSpace(string(a.body)); t != "" && len(t) <= 512 && !strings.HasPrefix(t, "{") {
 			e.Message = t
 		} else {
-			e.Message = http.StatusText(resp.StatusCode)
+			e.Message = http.StatusText(a.status)
 		}
 	}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+	if s, err := strconv.Atoi(a.retryAfter); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
 	return e

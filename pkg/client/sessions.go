@@ -214,11 +214,11 @@ func (c *Client) Cache(ctx context.Context, key, session string, forUpdate bool)
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	_, body, err := c.do(ctx, http.MethodGet, p, nil, nil)
+	a, err := c.do(ctx, &request{method: http.MethodGet, url: c.base + p})
 	if err != nil {
 		return nil, err
 	}
-	return json.RawMessage(body), nil
+	return json.RawMessage(a.body), nil
 }
 
 // ValidateSession makes the session's S leases golden: no writer can void
