@@ -3,13 +3,15 @@
 // that arrive wait and then go together in the next, one round trip for
 // all of them instead of one each.
 //
-// A Group bounds the rounds in flight at once, to two where Redis runs
-// them: one round at a time makes a caller that arrives during a round
-// wait for all of it before its own starts; with two, it starts at once
-// unless two are already running, and the callers that arrive meanwhile
-// still share the next round. Redis runs the rounds one after the other
-// either way; a second round in flight hides the round trip, not Redis's
-// time.
+// A Group bounds the rounds in flight at once, to at least two where Redis
+// runs them: one round at a time makes a caller that arrives during a
+// round wait for all of it before its own starts; with two, it starts at
+// once unless two are already running, and the callers that arrive
+// meanwhile still share the next round. Redis runs the rounds one after
+// the other either way; a second round in flight hides the round trip, not
+// Redis's time — on an idle node. Where the caller's process competes for
+// the CPUs, a round's answer also waits for its reader to run, and more
+// rounds in flight keep Redis busy meanwhile (pipeshare runs four).
 //
 // The package owns only the rounds: who goes in which, and when each
 // caller is answered. What a round does (a pipeline, a batch of script
