@@ -220,7 +220,9 @@ func (p *pool) get(ctx context.Context) (pc *pconn, reused bool, err error) {
 	}
 	p.stats.count(&p.stats.dialed)
 	pc = &pconn{nc: nc, bw: bufio.NewWriterSize(nc, 4096)}
-	pc.br = bufio.NewReaderSize(pc, 4096)
+	// An answer's header must fit in the reader's buffer: the sidecar's
+	// are a few hundred bytes, a proxy's may be more.
+	pc.br = bufio.NewReaderSize(pc, 16<<10)
 	return pc, false, nil
 }
 

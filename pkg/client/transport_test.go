@@ -241,3 +241,12 @@ func TestDialError(t *testing.T) {
 	var oe *net.OpError
 	assert.True(t, errors.As(err, &oe), "%v", err)
 }
+
+// TestLargeHeader: an answer whose header is larger than a few kilobytes
+// (a proxy's) is read.
+func TestLargeHeader(t *testing.T) {
+	srv, _ := fake(t, 200, map[string]string{"X-Proxy-Trace": strings.Repeat("a", 12<<10)}, `{"seq":7}`)
+	seq, err := New(srv.URL).Delete(context.Background(), "c", "1")
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, seq)
+}
