@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -132,7 +131,6 @@ type pconn struct {
 	bw        *bufio.Writer
 	read      int64     // bytes read from nc
 	idleSince time.Time // when it went back to the pool
-	deadline  bool      // nc has a deadline set
 	broken    bool      // must not be reused
 }
 
@@ -176,17 +174,10 @@ func (p *pool) fail(r *request, err error) error {
 	return fmt.Errorf("client: %s %s: %w", r.method, r.url, err)
 }
 
-// ctxErr is ctx's error when ctx ended the request (its deadline on the
-// connection or its cancellation), else err.
+// ctxErr is ctx's error when ctx ended the request, else err.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
-	}
-	var te interface{ Timeout() bool }
-	if d, ok := ctx.Deadline(); ok && errors.As(err, &te) && te.Timeout() && !time.Now().Before(d) {
-		// The connection's deadline, which is ctx's, fired before ctx's
-		// own timer did.
-		return context.DeadlineExceeded
 	}
 	return err
 }
@@ -277,16 +268,12 @@ func (s *poolStats) count(n *int) {
 }
 
 // do sends r on pc and reads the answer; answered says whether any of it
-// arrived. ctx's deadline is the connection's, and its cancellation sets a
-// deadline that has passed, so a blocked read or write returns at once.
+// arrived. Once ctx is done (its deadline or its cancellation), the
+// connection gets a deadline that has passed, so a blocked read or write
+// returns at once — after ctx.Err() is set: a deadline of the connection's
+// own at ctx's could fire first, and the caller would see a timeout while
+// its context still looked alive.
 func (pc *pconn) do(ctx context.Context, r *request) (a answer, answered bool, err error) {
-	if d, ok := ctx.Deadline(); ok {
-		_ = pc.nc.SetDeadline(d)
-		pc.deadline = true
-	} else if pc.deadline {
-		_ = pc.nc.SetDeadline(time.Time{})
-		pc.deadline = false
-	}
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { _ = pc.nc.SetDeadline(longAgo) })
 		defer func() {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +250,35 @@ func TestLargeHeader(t *testing.T) {
 	seq, err := New(srv.URL).Delete(context.Background(), "c", "1")
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, seq)
+}
+
+// TestDeadlineSeenByCaller: a request that its context's deadline ends
+// returns after the context is done, so that a caller who checks
+// ctx.Err() on an error sees why (the linearizability tests do). A
+// deadline of the connection's own at the context's would often fire
+// first.
+func TestDeadlineSeenByCaller(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(block)
+	c := New(srv.URL)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			err := c.Healthz(ctx)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Error(t, ctx.Err(), "the request returned before its context was done")
+		}()
+	}
+	wg.Wait()
 }
