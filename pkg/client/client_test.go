@@ -360,16 +360,27 @@ func TestBaseURLWithoutScheme(t *testing.T) {
 	require.NoError(t, New(strings.TrimPrefix(srv.URL, "http://")).Healthz(context.Background()))
 }
 
-func TestContextCancel(t *testing.T) {
-	block := make(chan struct{})
+// stalling is a server that answers /healthz and holds every other request
+// until the client goes away or the test ends.
+func stalling(t *testing.T) *httptest.Server {
+	done := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, "ok\n")
+			return
+		}
 		select {
-		case <-block:
+		case <-done:
 		case <-r.Context().Done():
 		}
 	}))
-	defer srv.Close()
-	defer close(block)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) }) // runs first: the handlers return before Close waits for them
+	return srv
+}
+
+func TestContextCancel(t *testing.T) {
+	srv := stalling(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := New(srv.URL).Flush(ctx, time.Minute)

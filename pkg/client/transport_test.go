@@ -133,19 +133,7 @@ func TestClosedAsSent(t *testing.T) {
 // TestCancelWithoutDeadline: cancelling a context without a deadline ends
 // a request that waits for its answer, and the connection is not reused.
 func TestCancelWithoutDeadline(t *testing.T) {
-	block := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			_, _ = io.WriteString(w, "ok\n")
-			return
-		}
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}))
-	defer srv.Close()
-	defer close(block)
+	srv := stalling(t)
 	c := New(srv.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
@@ -258,16 +246,7 @@ func TestLargeHeader(t *testing.T) {
 // deadline of the connection's own at the context's would often fire
 // first.
 func TestDeadlineSeenByCaller(t *testing.T) {
-	block := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}))
-	defer srv.Close()
-	defer close(block)
-	c := New(srv.URL)
+	c := New(stalling(t).URL)
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Add(1)
@@ -275,7 +254,7 @@ func TestDeadlineSeenByCaller(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
-			err := c.Healthz(ctx)
+			_, err := c.Flush(ctx, time.Minute)
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.Error(t, ctx.Err(), "the request returned before its context was done")
 		}()
