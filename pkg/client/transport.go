@@ -86,10 +86,11 @@ const (
 // one of them, on the calling goroutine, with fasthttp's HTTP/1.1 codec.
 // net/http's transport hands every request to two goroutines of its
 // connection, a writer and a reader, and their hand-overs cost about as
-// much CPU as the rest of a request to a sidecar on the same node: ~38 µs
-// per request against ~21 µs here, server included (benchmarks/README,
-// "the HTTP hop"). fasthttp's own HostClient has no context: a call could
-// not be cancelled. The pool is small enough to be this package's own.
+// much CPU as the rest of a request to a sidecar on the same node: 33–34
+// µs per request against 18 here, the server's included
+// (BenchmarkTransport). fasthttp's own HostClient has no context: a call
+// could not be cancelled. The pool is small enough to be this package's
+// own.
 type pool struct {
 	addr        string
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -127,7 +128,7 @@ func newPool(addr string) *pool {
 // pconn is one kept-alive connection.
 type pconn struct {
 	nc        net.Conn
-	br        *bufio.Reader // reads nc through read, which counts
+	br        *bufio.Reader // reads nc through pc.Read, which counts
 	bw        *bufio.Writer
 	read      int64     // bytes read from nc
 	idleSince time.Time // when it went back to the pool
