@@ -1,5 +1,3 @@
-//go:build linux || darwin
-
 package client
 
 import (
@@ -8,9 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/writeback/writeback/benchmarks/bench"
 )
 
 // BenchmarkTransport sends a commit-sized request and reads a multi-read-
@@ -37,7 +35,7 @@ func BenchmarkTransport(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetParallelism(5) // × GOMAXPROCS (2 here): 10 goroutines
-			start := cpuTime()
+			start := bench.TakeCPU()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				r := &request{method: http.MethodPost, url: srv.URL + "/v1/sessions/s/commit", body: []byte(body)}
@@ -48,14 +46,8 @@ func BenchmarkTransport(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64((cpuTime()-start).Microseconds())/float64(b.N), "cpu-µs/op")
+			used := bench.TakeCPU().Sub(start)["self"] // Linux only; 0 elsewhere
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
-}
-
-// cpuTime is this process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -26,9 +26,7 @@ func poolOf(t *testing.T, c *Client) *pool {
 }
 
 func (p *pool) counts() (dialed, stale int) {
-	p.stats.mu.Lock()
-	defer p.stats.mu.Unlock()
-	return p.stats.dialed, p.stats.stale
+	return int(p.dialed.Load()), int(p.stale.Load())
 }
 
 func TestTransportChoice(t *testing.T) {
