@@ -141,15 +141,17 @@ func Bench(ctx context.Context, o Options) (Outcome, error) {
 
 // logAppliers prints what the sidecar's queue appliers did over the whole
 // run (warm-up included): store transactions, sessions and time per
-// transaction, and the session reads that missed.
+// transaction, the session reads, and the lease requests that waited for
+// another session's lease.
 func logAppliers(w io.Writer, label string, sc *sidecar.Sidecar) {
 	sessions, batches, err1 := sc.Metric("writeback_session_apply_batch_size")
 	secs, _, err2 := sc.Metric("writeback_session_apply_duration_seconds")
 	reads, _, err3 := sc.Metric("writeback_session_cache_reads_total")
 	timeouts, _, err4 := sc.Metric("writeback_session_apply_batch_timeouts_total")
-	if err := errors.Join(err1, err2, err3, err4); err != nil || batches == 0 {
+	waited, waits, err5 := sc.Metric("writeback_session_lease_wait_seconds")
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || batches == 0 {
 		return
 	}
-	fmt.Fprintf(w, "[%s] appliers: %d store transactions, %.1f sessions and %.2f ms each on average, %.0f timed out; %.0f cache reads\n",
-		label, batches, sessions/float64(batches), 1000*secs/float64(batches), timeouts, reads)
+	fmt.Fprintf(w, "[%s] appliers: %d store transactions, %.1f sessions and %.2f ms each on average, %.0f timed out; %.0f cache reads; %d lease waits, %.2f ms each on average\n",
+		label, batches, sessions/float64(batches), 1000*secs/float64(batches), timeouts, reads, waits, 1000*waited/float64(max(waits, 1)))
 }

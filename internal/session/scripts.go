@@ -30,38 +30,45 @@ import (
 // notes} where first is 1 when these are the session's first leases and
 // notes is the record's count of notes, this one included.
 var recordScript = redis.NewScript(eachLua + `
-if ARGV[4] ~= '0' then
+local begin = ARGV[4] ~= '0'
+if begin then
   if redis.call('HSETNX', KEYS[1], '_', ARGV[4]) == 0 then return 0 end
 elseif redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- One HMGET reads the record's start, its first lease's time and what it
--- says of each key, one HSET notes the keys (each: in chunks if many).
-local ask = {'_', 'f'}
+-- One HMGET reads the record's start, its first lease's time, its count
+-- of notes and what it says of each key (a record begun here holds only
+-- its start: nothing to read), one HSET notes the keys, the first lease's
+-- time and the count (each: in chunks if many).
+local ask = {'_', 'f', 'n'}
 for i = 5, #ARGV, 2 do ask[#ask + 1] = ARGV[i] end
-local cur = each('HMGET', KEYS[1], ask)
+local cur = {ARGV[4]}
+if not begin then cur = each('HMGET', KEYS[1], ask) end
 local set, x = {}, {}
-for n = 3, #ask do
-  local f, m = ask[n], ARGV[2 * n] -- ask[n] is ARGV[2n - 1]
+for n = 4, #ask do
+  local f, m = ask[n], ARGV[2 * n - 2] -- ask[n] is ARGV[2n - 3]
   if cur[n] ~= 'X' and not x[f] then
     set[#set + 1] = f
     set[#set + 1] = m
     if m == 'X' then x[f] = true end
   end
 end
-each('HSET', KEYS[1], set)
 local deadline, first = now + tonumber(ARGV[2]), 0
 local f = tonumber(cur[2])
 if f then
   deadline = math.min(deadline, f + tonumber(ARGV[3]))
 else
-  redis.call('HSET', KEYS[1], 'f', now)
+  set[#set + 1] = 'f'
+  set[#set + 1] = now
   first = 1
 end
+local n = (tonumber(cur[3]) or 0) + 1
+set[#set + 1] = 'n'
+set[#set + 1] = n
+each('HSET', KEYS[1], set)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 return {tonumber(cur[1]) or 0, deadline, first, n}
 `)
 
