@@ -81,6 +81,26 @@ func Immutable(m Mapping) bool {
 	return ok && f.Immutable()
 }
 
+// Stale is implemented by mappings whose reads may lag their queue by a
+// bounded time (a report that may be a second old, as TPC-C's Stock-Level
+// may): a read of such an entry sees every session of its queue committed
+// more than MaxStaleness before the read, not necessarily the later ones.
+// Commits need not drop such entries; they expire instead, and a miss
+// applies only the queue's sessions older than half the bound before it
+// loads, so that it seldom waits for the appliers.
+type Stale interface {
+	MaxStaleness() time.Duration
+}
+
+// Staleness is how far m's reads may lag its queue (Stale); 0: not at
+// all, every read sees the latest committed session.
+func Staleness(m Mapping) time.Duration {
+	if st, ok := m.(Stale); ok && st.MaxStaleness() > 0 {
+		return st.MaxStaleness()
+	}
+	return 0
+}
+
 // DefaultTTL is the lifetime of a mapped cache entry when the mapping does
 // not say (±10 % jitter is added).
 const DefaultTTL = time.Hour

@@ -224,11 +224,29 @@ func (s *Service) readLeased(ctx context.Context, r ref, id, mode string, wp wai
 // applied first, so that the store holds every acknowledged session the
 // value depends on; sessions committed since the miss voided the I lease
 // if they change the key, so a value older than them is never installed.
+//
+// An entry that may lag its queue (mappings.Stale, by up to b) needs only
+// the queue's sessions committed at least b/2 before the miss, whichever
+// session changed it last; it is installed to expire b/2 after the miss
+// began (or sooner, at its TTL), so that every read of it sees the
+// sessions committed more than b before it.
 func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, tok string) (json.RawMessage, error) {
 	lk := []string{s.keys.Lease(r.part, r.key), s.keys.Entry(r.part, r.key)}
 	giveBack := func() {
 		if filler {
-			_ = fillScript.Run(context.WithoutCancel(ctx), s.rdb, lk, tok, "", 0).Err()
+			_ = fillScript.Run(context.WithoutCancel(ctx), s.rdb, lk, tok, "", 0, "").Err()
+		}
+	}
+	ttl, expireAt := jitter.TTL(mappings.TTL(r.mapping)), ""
+	if b := mappings.Staleness(r.mapping); b > 0 {
+		ttl = min(ttl, b/2)
+		if r.queue != "" {
+			now, through, err := s.horizon(ctx, r, b/2)
+			if err != nil {
+				giveBack()
+				return nil, err
+			}
+			mapped, expireAt = through, strconv.FormatInt(now+ttl.Milliseconds(), 10)
 		}
 	}
 	if mapped > 0 {
@@ -258,7 +276,7 @@ func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, to
 		if val != nil {
 			text = string(val)
 		}
-		if err := fillScript.Run(ctx, s.rdb, lk, tok, text, jitter.TTL(mappings.TTL(r.mapping)).Milliseconds()).Err(); err != nil {
+		if err := fillScript.Run(ctx, s.rdb, lk, tok, text, ttl.Milliseconds(), expireAt).Err(); err != nil {
 			return nil, fmt.Errorf("session: fill: %w", err)
 		}
 	}
@@ -266,6 +284,19 @@ func (s *Service) miss(ctx context.Context, r ref, mapped int64, filler bool, to
 		return nil, ErrNotFound
 	}
 	return val, nil
+}
+
+// horizon returns Redis's time (ms) and the last session of r's queue
+// committed at least age before it (0 when none is that old).
+func (s *Service) horizon(ctx context.Context, r ref, age time.Duration) (now, seq int64, err error) {
+	v, err := horizonScript.Run(ctx, s.rdb, []string{s.keys.Queue(r.part, r.queue)}, age.Milliseconds()).Int64Slice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("session: reading queue %s's old sessions: %w", r.queue, err)
+	}
+	if len(v) != 2 {
+		return 0, 0, fmt.Errorf("session: reading queue %s's old sessions: unexpected answer %v", r.queue, v)
+	}
+	return v[0], v[1], nil
 }
 
 func compactJSON(v json.RawMessage) (json.RawMessage, error) {

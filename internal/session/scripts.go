@@ -1,6 +1,8 @@
 package session
 
 import (
+	"strconv"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/lease"
@@ -180,7 +182,9 @@ end
 // lease survived, and gives the lease back either way.
 //
 // KEYS: 1 lease record, 2 entry. ARGV: 1 token, 2 value ("" to only give
-// the lease back), 3 TTL ms. Returns 1 when installed.
+// the lease back), 3 TTL ms, 4 "" or when the entry must be gone (ms on
+// Redis's clock; it replaces the TTL, and a time already past installs
+// nothing). Returns 1 when installed.
 var fillScript = redis.NewScript(lease.Lua + `
 local now = lease_now()
 local ls = lease_load(KEYS[1], KEYS[2], now)
@@ -191,8 +195,12 @@ if not lease_held(ls, tok) then
 end
 redis.call('HDEL', KEYS[1], tok)
 local done = 0
-if ARGV[2] ~= '' then
+local at = tonumber(ARGV[4])
+if ARGV[2] ~= '' and not at then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  done = 1
+elseif ARGV[2] ~= '' and at > now then
+  redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[4])
   done = 1
 end
 local rest = {}
@@ -202,6 +210,37 @@ end
 lease_keep(KEYS[1], KEYS[2], now, rest)
 return done
 `)
+
+// horizonScript finds how far a miss on an entry that may lag its queue
+// (mappings.Stale) must apply the queue: through its last session
+// committed at least ARGV[1] ms ago, by the commit times the queue's
+// entries hold (Redis's clock). The queue is read from its head, where the
+// old sessions are, and only as far as they go — at most horizonScan
+// entries: past them (a backlog the appliers are far behind on), through
+// its last session, as any miss.
+//
+// KEYS: 1 queue. ARGV: 1 age ms. Returns {now, seq}: Redis's time, and the
+// seq of that session (0 when none is that old).
+var horizonScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit, seq = now - tonumber(ARGV[1]), 0
+for i = 0, ` + strconv.Itoa(horizonScan-64) + `, 64 do
+  local es = redis.call('LRANGE', KEYS[1], i, i + 63)
+  for _, e in ipairs(es) do
+    local s, at = string.match(e, '^(%d+)|(%d+)|')
+    if not s or tonumber(at) > limit then return {now, seq} end
+    seq = tonumber(s)
+  end
+  if #es < 64 then return {now, seq} end
+end
+local last = redis.call('LINDEX', KEYS[1], -1)
+return {now, tonumber(last and string.match(last, '^(%d+)|')) or seq}
+`)
+
+// horizonScan bounds the queue entries horizonScript reads (a multiple of
+// 64).
+const horizonScan = 1024
 
 // commitScript commits a session into its queue, atomically: it checks
 // the session's leases and takes its X leases (in key order, all or

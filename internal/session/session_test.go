@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,12 +49,15 @@ type kv struct {
 	Prefix string        `yaml:"prefix"`
 	Fixed  bool          `yaml:"immutable"`
 	Life   time.Duration `yaml:"ttl"`
+	Stale  time.Duration `yaml:"staleness"`
 	load   func(name string) (json.RawMessage, error)
 	pat    *mappings.Pattern
 }
 
 func (m *kv) Immutable() bool    { return m.Fixed }
 func (m *kv) TTL() time.Duration { return m.Life }
+
+func (m *kv) MaxStaleness() time.Duration { return m.Stale }
 
 func (m *kv) Provision(mappings.Context) (err error) {
 	m.pat, err = mappings.ParsePattern(m.Prefix + ":{q}:{name}")
@@ -102,7 +106,8 @@ func newWorld(t *testing.T, tune ...func(*Config)) *world {
 		return &kv{load: func(n string) (json.RawMessage, error) { return (*w.load.Load())(n) }}
 	}})
 	set, err := reg.Load(mappings.Context{Context: context.Background()}, []map[string]any{
-		{"plugin": "kv", "prefix": "k"}, {"plugin": "kv", "prefix": "fix", "immutable": true, "ttl": "400ms"}})
+		{"plugin": "kv", "prefix": "k"}, {"plugin": "kv", "prefix": "fix", "immutable": true, "ttl": "400ms"},
+		{"plugin": "kv", "prefix": "st", "staleness": staleness.String()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +121,10 @@ func newWorld(t *testing.T, tune ...func(*Config)) *world {
 	w.svc.Applier = w
 	return w
 }
+
+// staleness is the bound of the world's lagging mapping, keys
+// "st:<q>:<name>" (mappings.Stale).
+const staleness = time.Second
 
 // forgotten waits until no deletion of a committed session's record is
 // pending (forgetLater), then checks that session id's record is gone.
@@ -196,6 +205,76 @@ func TestFillLosesToConcurrentCommit(t *testing.T) {
 	}
 	if got := w.applied.Load(); got != res.Seq {
 		t.Errorf("the miss applied the queue through %d, want %d", got, res.Seq)
+	}
+}
+
+// An entry that may lag its queue by up to b: a commit younger than b/2
+// is not waited for, and the entry then lives only as long as the rest of
+// the bound; a miss after that applies the queue through the commit.
+func TestStaleEntryLagsBoundedly(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	committed := time.Now()
+	res := w.commitSet(t, "k:1:a", `{"v":1}`) // a session of queue f/1, not naming st:1:x
+	if _, err := w.svc.Read(ctx, "", "st:1:x", false); err != nil {
+		t.Fatal(err)
+	}
+	if young := time.Since(committed) < staleness/4; young && w.applied.Load() != 0 {
+		t.Errorf("a miss right after the commit applied the queue through %d; a commit younger than half the bound need not be waited for", w.applied.Load())
+	}
+	entry := w.svc.Keys().Entry(w.svc.Keys().Partition("f/1"), "st:1:x")
+	if ttl := w.rdb.PTTL(ctx, entry).Val(); ttl <= 0 || ttl > staleness/2 {
+		t.Errorf("the filled entry lives %v; want at most half the bound (%v), since its value may miss the last %v of commits", ttl, staleness/2, staleness/2)
+	}
+	for time.Since(committed) < staleness/2+50*time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := w.svc.Read(ctx, "", "st:1:x", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.applied.Load(); got != res.Seq {
+		t.Errorf("a miss more than half the bound after the commit applied the queue through %d, want %d (the commit's seq)", got, res.Seq)
+	}
+	// Without a bound the same miss waits for the latest commit at once.
+	res = w.commitSet(t, "k:1:a", `{"v":2}`)
+	w.rdb.Del(ctx, w.svc.Keys().Entry(w.svc.Keys().Partition("f/1"), "k:1:a"))
+	if _, err := w.svc.Read(ctx, "", "k:1:a", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.applied.Load(); got != res.Seq {
+		t.Errorf("a miss on an entry that may not lag applied the queue through %d, want %d", got, res.Seq)
+	}
+}
+
+// The horizon of a lagging miss: the last session old enough, read from
+// the queue's head, and past horizonScan old ones the last session of all.
+func TestHorizon(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	r, err := w.svc.resolve("st:1:x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := w.svc.keys.Queue(r.part, r.queue)
+	push := func(from, n int, at time.Time) {
+		for i := from; i < from+n; i++ {
+			w.rdb.RPush(ctx, queue, entryText(int64(i), at.UnixMilli(), "s"+strconv.Itoa(i)))
+		}
+	}
+	old, young := time.Now().Add(-time.Minute), time.Now().Add(time.Minute)
+	if _, seq, err := w.svc.horizon(ctx, r, time.Second); err != nil || seq != 0 {
+		t.Errorf("an empty queue's horizon is %d (%v), want 0", seq, err)
+	}
+	push(1, 100, old)
+	push(101, 5, young)
+	if _, seq, err := w.svc.horizon(ctx, r, time.Second); err != nil || seq != 100 {
+		t.Errorf("the horizon is %d (%v), want 100, the last session older than the age", seq, err)
+	}
+	w.rdb.Del(ctx, queue)
+	push(1, horizonScan+10, old)
+	push(horizonScan+11, 5, young)
+	if _, seq, err := w.svc.horizon(ctx, r, time.Second); err != nil || seq != horizonScan+15 {
+		t.Errorf("past %d old sessions the horizon is %d (%v), want %d, the last one pending", horizonScan, seq, err, horizonScan+15)
 	}
 }
 

@@ -38,6 +38,9 @@ type Mapping struct {
 	// Fixed declares the entries immutable (mappings.Fixed): no session
 	// changes the columns the query reads.
 	Fixed bool `yaml:"immutable"`
+	// Stale lets reads lag the mapping's queue by up to this long
+	// (mappings.Stale); 0, the default: never.
+	Stale time.Duration `yaml:"staleness"`
 
 	key   *mappings.Pattern
 	queue *mappings.Pattern
@@ -98,6 +101,14 @@ func (m *Mapping) Validate() error {
 	if m.Life < 0 {
 		return fmt.Errorf("ttl: %s is negative; use a duration such as 1h", m.Life)
 	}
+	switch {
+	case m.Stale < 0:
+		return fmt.Errorf("staleness: %s is negative; use a duration such as 1s, or 0 for reads that never lag", m.Stale)
+	case m.Stale > 0 && m.Fixed:
+		return fmt.Errorf("staleness: immutable entries never lag; remove staleness or immutable")
+	case m.Stale > 0 && m.Stale < 2*time.Millisecond:
+		return fmt.Errorf("staleness: %s is below the 2ms a bound needs (half of it is the entries' lifetime, in whole milliseconds); use at least 2ms, or 0", m.Stale)
+	}
 	return nil
 }
 
@@ -153,6 +164,9 @@ func (m *Mapping) TTL() time.Duration { return m.Life }
 
 // Immutable reports the immutable setting.
 func (m *Mapping) Immutable() bool { return m.Fixed }
+
+// MaxStaleness reports the staleness setting.
+func (m *Mapping) MaxStaleness() time.Duration { return m.Stale }
 
 func contains(list []string, s string) bool {
 	for _, e := range list {

@@ -51,6 +51,9 @@ func TestSQLMapping(t *testing.T) {
 	if ttl := mappings.TTL(m); ttl.Minutes() != 10 {
 		t.Errorf("ttl %v", ttl)
 	}
+	if st := mappings.Staleness(m); st != 0 {
+		t.Errorf("staleness %v without the setting; want 0 (reads never lag)", st)
+	}
 	v, err := m.Load(context.Background(), p)
 	if err != nil || string(v) != `{"id":7,"balance":10}` {
 		t.Fatalf("Load = %s %v", v, err)
@@ -105,6 +108,9 @@ func TestSQLMappingConfigErrors(t *testing.T) {
 		{"queue family", func(c map[string]any) { c["queue"] = "nope/{id}" }, `"nope" is not a configured queue family`},
 		{"queue store", func(c map[string]any) { c["queue"] = "other/{id}" }, "apply to store maria, but this mapping reads store pg"},
 		{"typo", func(c map[string]any) { c["querry"] = "x" }, "querry is not a known key"},
+		{"negative staleness", func(c map[string]any) { c["staleness"] = "-1s" }, "staleness: -1s is negative"},
+		{"staleness below 2ms", func(c map[string]any) { c["staleness"] = "1ms" }, "staleness: 1ms is below the 2ms"},
+		{"immutable and stale", func(c map[string]any) { c["staleness"] = "1s"; c["immutable"] = true }, "immutable entries never lag"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
