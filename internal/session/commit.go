@@ -175,7 +175,13 @@ func (s *Service) plan(req CommitRequest) (*plan, error) {
 			return &p.writes[i], nil
 		}
 		byKey[key] = len(p.writes)
-		p.writes = append(p.writes, write{key: key, ttl: mappings.TTL(r.mapping), del: true})
+		ttl := mappings.TTL(r.mapping)
+		if b := mappings.Staleness(r.mapping); b > 0 {
+			// The value set is current now and may be read until b from
+			// now (mappings.Stale); the jitter adds up to a tenth.
+			ttl = min(ttl, b*9/10)
+		}
+		p.writes = append(p.writes, write{key: key, ttl: ttl, del: true})
 		return &p.writes[len(p.writes)-1], nil
 	}
 	changed := map[string]bool{}

@@ -237,6 +237,12 @@ func TestStaleEntryLagsBoundedly(t *testing.T) {
 	if got := w.readApplied(t, "st:1:x"); got != res.Seq {
 		t.Errorf("a miss more than half the bound after the commit applied the queue through %d, want %d (the commit's seq)", got, res.Seq)
 	}
+	// A value a commit sets is current then, and may be read for the
+	// bound from then, no longer.
+	w.commitSet(t, "st:1:y", `{"v":3}`)
+	if ttl := w.rdb.PTTL(ctx, w.svc.Keys().Entry(w.svc.Keys().Partition("f/1"), "st:1:y")).Val(); ttl <= 0 || ttl > staleness {
+		t.Errorf("the entry a commit set lives %v; want at most the bound (%v)", ttl, staleness)
+	}
 }
 
 // The horizon of a lagging miss: the last session old enough, read from
