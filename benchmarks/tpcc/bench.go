@@ -55,6 +55,9 @@ type Outcome struct {
 	FlushSeconds float64     `json:"flush_s,omitempty"`
 	Flushed      int64       `json:"flushed_sessions,omitempty"` // sessions the flush applied
 	Check        CheckResult `json:"check"`
+	// Round is the run's round when a command runs every policy several
+	// times in turn (0: it does not).
+	Round int `json:"round,omitempty"`
 }
 
 // Bench loads a fresh database, runs the policy, flushes the sidecar's

@@ -15,17 +15,23 @@ type report struct {
 	Store string            `json:"store"`
 	// StoreLatencyMs is the delay a latency proxy added each way between
 	// the runs and the store (0: loopback).
-	StoreLatencyMs int64             `json:"store_latency_ms"`
-	Warehouses     int               `json:"warehouses"`
-	Terminals      int               `json:"terminals_per_warehouse"`
-	Items          int               `json:"items"`
-	Customers      int               `json:"customers_per_district"`
-	Warmup         string            `json:"warmup"`
-	Duration       string            `json:"duration"`
-	Deviations     []string          `json:"deviations"`
-	Policies       []tpcc.Outcome    `json:"policies"`
-	Ratios         map[string]string `json:"ratios"`
-	Consistency    string            `json:"consistency"`
+	StoreLatencyMs int64          `json:"store_latency_ms"`
+	Warehouses     int            `json:"warehouses"`
+	Terminals      int            `json:"terminals_per_warehouse"`
+	Items          int            `json:"items"`
+	Customers      int            `json:"customers_per_district"`
+	Warmup         string         `json:"warmup"`
+	Duration       string         `json:"duration"`
+	Deviations     []string       `json:"deviations"`
+	Policies       []tpcc.Outcome `json:"policies"`
+	// Ratios are each pair's tpmC ratio, the median of the rounds' when
+	// there are several (RatioRounds: each round's, in order).
+	Ratios      map[string]string    `json:"ratios"`
+	Rounds      int                  `json:"rounds"`
+	RatioRounds map[string][]float64 `json:"ratio_rounds,omitempty"`
+	// Required is --require's clauses as the run judged them.
+	Required    []verdict `json:"required,omitempty"`
+	Consistency string    `json:"consistency"`
 }
 
 func printTables(w io.Writer, rs []tpcc.Outcome) {
@@ -53,7 +59,7 @@ func printTables(w io.Writer, rs []tpcc.Outcome) {
 		if !r.Check.OK() {
 			verdict = fmt.Sprintf("FAILED (%d)", len(r.Check.Violations))
 		}
-		t.Add(r.Policy, r.TpmC, r.TxPerSec, retries, rollbacks, fmt.Sprintf("%.1fs", r.LoadSeconds), flush, pinned, verdict)
+		t.Add(label(r), r.TpmC, r.TxPerSec, retries, rollbacks, fmt.Sprintf("%.1fs", r.LoadSeconds), flush, pinned, verdict)
 	}
 	fmt.Fprintln(w, t.String())
 	var l bench.Table
@@ -61,7 +67,7 @@ func printTables(w io.Writer, rs []tpcc.Outcome) {
 	for _, r := range rs {
 		for _, k := range tpcc.Kinds {
 			s := r.Kinds[k.String()]
-			l.Add(r.Policy, k.String(), s.Committed+s.Rollbacks, s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Retries)
+			l.Add(label(r), k.String(), s.Committed+s.Rollbacks, s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Retries)
 		}
 	}
 	fmt.Fprintln(w, l.String())
@@ -79,7 +85,7 @@ func printTables(w io.Writer, rs []tpcc.Outcome) {
 			sum += v
 		}
 		u := r.CPUPerTx
-		c.Add(r.Policy, sum, u["self"], u["postgres"], u["mariadbd"], u["redis-server"])
+		c.Add(label(r), sum, u["self"], u["postgres"], u["mariadbd"], u["redis-server"])
 	}
 	if len(c.Rows) > 0 {
 		fmt.Fprintln(w, c.String())
@@ -91,7 +97,7 @@ func plot(o *options, rs []tpcc.Outcome) ([]string, error) {
 	var paths []string
 	var tpm []bench.Series
 	for _, r := range rs {
-		tpm = append(tpm, bench.Series{Name: r.Policy, Y: []float64{r.TpmC}})
+		tpm = append(tpm, bench.Series{Name: label(r), Y: []float64{r.TpmC}})
 	}
 	title := fmt.Sprintf("TPC-C on %s, %d warehouses × %d terminals, %s measured", o.store, o.warehouses, o.terminals, o.duration)
 	if o.latency > 0 {
@@ -108,7 +114,7 @@ func plot(o *options, rs []tpcc.Outcome) ([]string, error) {
 	}
 	var p90 []bench.Series
 	for _, r := range rs {
-		s := bench.Series{Name: r.Policy}
+		s := bench.Series{Name: label(r)}
 		for _, k := range tpcc.Kinds {
 			s.Y = append(s.Y, r.Kinds[k.String()].Latency.P90)
 		}
@@ -124,7 +130,7 @@ func plot(o *options, rs []tpcc.Outcome) ([]string, error) {
 		if r.Policy == bench.Database || len(r.Pinned) == 0 {
 			continue
 		}
-		s := bench.Series{Name: r.Policy}
+		s := bench.Series{Name: label(r)}
 		for _, v := range r.Pinned {
 			s.X, s.Y = append(s.X, v.T), append(s.Y, v.V/1024)
 		}

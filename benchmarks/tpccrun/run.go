@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/writeback/writeback/benchmarks/bench"
@@ -60,36 +61,58 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "tpcc: %s behind a latency proxy at %s adding %v each way (toxiproxy)\n", o.store, proxy.Addr, o.latency)
 	}
 	var failures []string
-	for _, p := range o.policies {
-		out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, Store: o.store, DSN: o.dsn, RunDSN: runDSN, RedisAddr: o.redis, Scale: scale,
-			Terminals: o.terminals, Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold,
-			CPUProfile: profilePath(o.cpuprofile, p), Configure: func(c *config.Config) {
-				c.Redis.ShareRoundTrips, c.Writeback.ImmutableCache = o.share, o.immutable
-			}})
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
+	for round := 1; round <= o.rounds; round++ {
+		for _, p := range o.policies {
+			out, err := tpcc.Bench(ctx, tpcc.Options{Policy: p, Store: o.store, DSN: o.dsn, RunDSN: runDSN, RedisAddr: o.redis, Scale: scale,
+				Terminals: o.terminals, Warmup: o.warmup, Duration: o.duration, Seed: o.seed, Log: stderr, Cold: o.cold,
+				CPUProfile: profilePath(o.cpuprofile, p, round), Configure: func(c *config.Config) {
+					c.Redis.ShareRoundTrips, c.Writeback.ImmutableCache = o.share, o.immutable
+				}})
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			if o.rounds > 1 {
+				out.Round = round
+			}
+			rep.Policies = append(rep.Policies, out)
+			verdict := fmt.Sprintf("conditions 1-5, 7, 10 and the committed work hold (%d orders, %d payments)", out.Work.NewOrders, out.Work.Payments)
+			if err := out.Check.Err(); err != nil {
+				verdict = err.Error()
+				failures = append(failures, label(out)+": "+err.Error())
+			}
+			fmt.Fprintf(stderr, "[tpcc %s] %.0f tpmC; flush %d sessions in %.2fs; %s\n", label(out), out.TpmC, out.Flushed, out.FlushSeconds, verdict)
 		}
-		rep.Policies = append(rep.Policies, out)
-		verdict := fmt.Sprintf("conditions 1-5, 7, 10 and the committed work hold (%d orders, %d payments)", out.Work.NewOrders, out.Work.Payments)
-		if err := out.Check.Err(); err != nil {
-			verdict = err.Error()
-			failures = append(failures, p+": "+err.Error())
-		}
-		fmt.Fprintf(stderr, "[tpcc %s] %.0f tpmC; flush %d sessions in %.2fs; %s\n", p, out.TpmC, out.Flushed, out.FlushSeconds, verdict)
 	}
 	printTables(stdout, rep.Policies)
-	tpm := map[string]float64{}
-	for _, r := range rep.Policies {
-		tpm[r.Policy] = r.TpmC
-	}
+	rep.Rounds = o.rounds
+	rep.RatioRounds = map[string][]float64{}
 	for _, pair := range [][2]string{{bench.WriteBack, bench.Database}, {bench.WriteBack, bench.WriteThrough}, {bench.WriteThrough, bench.Database}, {bench.WriteBackEmbedded, bench.Database}, {bench.WriteBackEmbedded, bench.WriteBack}} {
-		a, okA := tpm[pair[0]]
-		b, okB := tpm[pair[1]]
-		if okA && okB {
-			k := pair[0] + " / " + pair[1]
-			rep.Ratios[k] = bench.Ratio(a, b)
-			fmt.Fprintf(stdout, "%-28s tpmC %s\n", k, rep.Ratios[k])
+		each := roundRatios(rep.Policies, pair[0], pair[1])
+		if len(each) == 0 {
+			continue
 		}
+		k := pair[0] + " / " + pair[1]
+		rep.Ratios[k] = bench.Ratio(median(each), 1)
+		if len(each) == 1 {
+			fmt.Fprintf(stdout, "%-28s tpmC %s\n", k, rep.Ratios[k])
+			continue
+		}
+		rep.RatioRounds[k] = each
+		rounds := make([]string, len(each))
+		for i, r := range each {
+			rounds[i] = bench.Ratio(r, 1)
+		}
+		fmt.Fprintf(stdout, "%-28s tpmC %s, the median of %d rounds: %s\n", k, rep.Ratios[k], len(each), strings.Join(rounds, ", "))
+	}
+	rep.Required = judge(o.require, rep.Policies)
+	var unmet []string
+	for _, v := range rep.Required {
+		state := "met"
+		if !v.Met {
+			state = "NOT met"
+			unmet = append(unmet, fmt.Sprintf("%s %s < %s", v.Ratio, bench.Ratio(v.Median, 1), bench.Ratio(v.Min, 1)))
+		}
+		fmt.Fprintf(stdout, "required %s ≥ %s: %s, %s\n", v.Ratio, bench.Ratio(v.Min, 1), bench.Ratio(v.Median, 1), state)
 	}
 	rep.Consistency = "conditions 1-5, 7, 10 and the committed work hold for every policy"
 	if len(failures) > 0 {
@@ -107,6 +130,9 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote %s %s\n", path, strings.Join(plots, " "))
 	if len(failures) > 0 {
 		return fmt.Errorf("consistency check failed: %s", strings.Join(failures, "; "))
+	}
+	if len(unmet) > 0 {
+		return fmt.Errorf("required ratios not reached: %s", strings.Join(unmet, "; "))
 	}
 	return nil
 }
@@ -127,11 +153,65 @@ func deviations(s tpcc.Scale) []string {
 }
 
 // profilePath is where policy's CPU profile goes: path with the policy
-// before its extension (cpu.pprof: cpu-write-back.pprof); "" for none.
-func profilePath(path, policy string) string {
+// before its extension (cpu.pprof: cpu-write-back.pprof), and the round
+// after it from the second round on (cpu-write-back-2.pprof); "" for none.
+func profilePath(path, policy string, round int) string {
 	if path == "" {
 		return ""
 	}
 	ext := filepath.Ext(path)
+	if round > 1 {
+		policy = fmt.Sprintf("%s-%d", policy, round)
+	}
 	return strings.TrimSuffix(path, ext) + "-" + policy + ext
+}
+
+// label names a run in the tables and the log: its policy, and its round
+// when there are several (write-back #2).
+func label(r tpcc.Outcome) string {
+	if r.Round == 0 {
+		return r.Policy
+	}
+	return fmt.Sprintf("%s #%d", r.Policy, r.Round)
+}
+
+// roundRatios is, per round in which policies a and b both ran, a's tpmC
+// over b's.
+func roundRatios(runs []tpcc.Outcome, a, b string) []float64 {
+	type pair struct{ a, b float64 }
+	byRound := map[int]*pair{}
+	var order []int
+	for _, r := range runs {
+		p := byRound[r.Round]
+		if p == nil {
+			p = &pair{}
+			byRound[r.Round] = p
+			order = append(order, r.Round)
+		}
+		switch r.Policy {
+		case a:
+			p.a = r.TpmC
+		case b:
+			p.b = r.TpmC
+		}
+	}
+	var out []float64
+	for _, n := range order {
+		if p := byRound[n]; p.a > 0 && p.b > 0 {
+			out = append(out, p.a/p.b)
+		}
+	}
+	return out
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count); xs is not changed.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/writeback/writeback/benchmarks/tpcc"
 	"github.com/writeback/writeback/internal/testenv"
 )
 
@@ -33,10 +34,61 @@ func TestParseFlagsStores(t *testing.T) {
 	if o.store != "postgres" || o.dsn != "postgres://u@h:5/x" || o.latency != 0 || o.name() != "tpcc-postgres" {
 		t.Errorf("defaults: store %q, dsn %q, latency %v, files %s", o.store, o.dsn, o.latency, o.name())
 	}
-	for _, args := range [][]string{{"--store", "oracle"}, {"--store-latency", "1500us"}, {"--store-latency", "-1ms"}, {"--store-latency", "fast"}} {
-		if _, err := parseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
-			t.Errorf("%v: error %v, want one naming %s", args, err, args[0])
+	for _, args := range [][]string{{"--store", "oracle"}, {"--store-latency", "1500us"}, {"--store-latency", "-1ms"}, {"--store-latency", "fast"}, {"--rounds", "0"},
+		{"--require", "write-back>=2"}, {"--require", "write-back/oracle>=2"}, {"--require", "write-back/database>=0"}, {"--require", "write-back/write-back>=1"},
+		{"--policies", "database,write-back", "--require", "write-back/write-through>=2"}} {
+		flag := args[len(args)-2]
+		if _, err := parseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(flag, "--")) {
+			t.Errorf("%v: error %v, want one naming %s", args, err, flag)
 		}
+	}
+}
+
+// TestRoundRatios: a pair's ratio is taken within each round, in the
+// rounds' order, skipping a round that lacks either policy; the ratios'
+// median is the middle one (the mean of the two middle ones), and
+// --require's clauses are met exactly when it reaches their minimum.
+func TestRoundRatios(t *testing.T) {
+	run := func(round int, policy string, tpm float64) tpcc.Outcome {
+		var o tpcc.Outcome
+		o.Round, o.Policy, o.TpmC = round, policy, tpm
+		return o
+	}
+	runs := []tpcc.Outcome{
+		run(1, "write-through", 100), run(1, "write-back", 210),
+		run(2, "write-through", 120), run(2, "write-back", 228),
+		run(3, "write-through", 90), run(3, "write-back", 207),
+		run(4, "write-back", 500),
+	}
+	got := roundRatios(runs, "write-back", "write-through")
+	want := []float64{2.1, 1.9, 2.3}
+	if len(got) != len(want) {
+		t.Fatalf("ratios %v, want %v", got, want)
+	}
+	for i := range want {
+		if d := got[i] - want[i]; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("ratios %v, want %v", got, want)
+		}
+	}
+	if m := median(got); m != 2.1 {
+		t.Errorf("median of %v = %v, want 2.1", got, m)
+	}
+	if m := median([]float64{3, 1, 2, 4}); m != 2.5 {
+		t.Errorf("median of 3 1 2 4 = %v, want 2.5", m)
+	}
+	if one := roundRatios([]tpcc.Outcome{run(0, "database", 50), run(0, "write-back", 100)}, "write-back", "database"); len(one) != 1 || one[0] != 2 {
+		t.Errorf("one round: %v, want [2]", one)
+	}
+	o, err := parseFlags([]string{"--require", "write-back/write-through>=2, write-back/database>=2.2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := judge(o.require, append(runs, run(1, "database", 100), run(2, "database", 100), run(3, "database", 100)))
+	if len(vs) != 2 || !vs[0].Met || vs[0].Median != 2.1 || len(vs[0].Rounds) != 3 || vs[1].Met || vs[1].Ratio != "write-back / database" || vs[1].Median != 2.1 {
+		t.Errorf("judged %+v: want write-back / write-through 2.1 met and write-back / database 2.1 not (≥ 2.2)", vs)
+	}
+	if label(run(2, "write-back", 0)) != "write-back #2" || label(run(0, "write-back", 0)) != "write-back" {
+		t.Errorf("labels %q, %q", label(run(2, "write-back", 0)), label(run(0, "write-back", 0)))
 	}
 }
 

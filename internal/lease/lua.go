@@ -233,6 +233,39 @@ end
 return n
 `)
 
+// checkReleaseScript gives up a holder's leases, as releaseScript does,
+// and says whether it still held every one of them: a session that wrote
+// nothing is validated and released in one step (one that wrote validates
+// first, its leases golden until its commit script has run). KEYS: pairs
+// of (lease record, cache entry), then optionally a guard: a hash whose
+// field ARGV[2] must hold ARGV[3], or nothing is done and -1 returned.
+// ARGV: 1 holder. Returns 0 when it held them all, else the 1-based index
+// of the first pair whose lease was voided or expired; either way it
+// holds none of them after.
+var checkReleaseScript = redis.NewScript(Lua + `
+local n = #KEYS
+if n % 2 == 1 then
+  if redis.call('HGET', KEYS[n], ARGV[2]) ~= ARGV[3] then return -1 end
+  n = n - 1
+end
+local now = lease_now()
+local first = 0
+for i = 1, n, 2 do
+  local ls, rest = lease_load(KEYS[i], KEYS[i + 1], now), {}
+  local held = false
+  for _, l in ipairs(ls) do
+    if l.holder == ARGV[1] then held = true else rest[#rest + 1] = l end
+  end
+  if held then
+    redis.call('HDEL', KEYS[i], ARGV[1])
+  elseif first == 0 then
+    first = (i + 1) / 2
+  end
+  lease_keep(KEYS[i], KEYS[i + 1], now, rest)
+end
+return first
+`)
+
 // Key names one leased key: its lease record and its cache entry, which
 // must share a hash tag.
 type Key struct {
@@ -302,6 +335,23 @@ func ValidateCall(keys []Key, holder string) rscript.Call {
 // ReleaseCall is Release as a call of a shared round trip.
 func ReleaseCall(keys []Key, holder string) rscript.Call {
 	return rscript.Call{Script: releaseScript, Keys: flatten(keys), Args: []any{holder}}
+}
+
+// CheckReleaseCall is, as a call of a shared round trip, Validate and
+// Release in one step: holder gives up its leases on keys (sharing one
+// hash tag), and the reply, an integer n, says whether it still held them
+// all (0) or else that keys[n-1] is the first it had lost. Its S leases
+// are not made golden: a holder that has nothing left to commit needs
+// them no longer.
+func CheckReleaseCall(keys []Key, holder string) rscript.Call {
+	return rscript.Call{Script: checkReleaseScript, Keys: flatten(keys), Args: []any{holder}}
+}
+
+// CheckReleaseIfCall is CheckReleaseCall guarded: it does nothing, and
+// its reply is -1, unless field of the hash guard holds value (which need
+// not share the keys' hash tag: not for a Redis Cluster).
+func CheckReleaseIfCall(keys []Key, holder, guard, field, value string) rscript.Call {
+	return rscript.Call{Script: checkReleaseScript, Keys: append(flatten(keys), guard), Args: []any{holder, field, value}}
 }
 
 // Set stores a lease as is, whatever is held: tests use it to build every

@@ -280,14 +280,23 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	if pl != nil {
 		queuePart = pl.part
 	}
-	if err := s.validate(ctx, id, groups, queuePart); err != nil {
-		return fail(err)
-	}
 	if pl == nil {
-		s.release(ctx, id, groups, -1)
+		// Nothing to commit: the validation and the release are one step
+		// per partition, in one round trip.
+		if err := s.checkRelease(ctx, id, b, groups, ok); err != nil {
+			var ae *AbortedError
+			if !errors.As(err, &ae) {
+				return fail(err) // the leases may still be held: release them
+			}
+			s.m.Aborts.WithLabelValues(metrics.AbortVoided).Inc()
+			return CommitResult{}, err
+		}
 		s.m.Commits.WithLabelValues("").Inc()
 		s.m.CommitDuration.Observe(time.Since(start).Seconds())
 		return CommitResult{Session: id}, nil
+	}
+	if err := s.validate(ctx, id, groups, queuePart); err != nil {
+		return fail(err)
 	}
 	seq, err := s.commitQueue(ctx, id, pl, b, groups[pl.part])
 	if errors.Is(err, errNotesMoved) {
@@ -351,7 +360,7 @@ var errNotesMoved = errors.New("session: the record holds notes this process did
 // queue's partition (nothing to validate elsewhere) and that read every
 // entry it patches.
 func (s *Service) knownBasis(id string, pl *plan, planErr error) (commitBasis, map[int][]string, bool) {
-	if s.cluster || planErr != nil || pl == nil {
+	if s.cluster || planErr != nil {
 		return commitBasis{}, nil, false
 	}
 	k := s.known.take(id, s.cfg.SessionTimeout)
@@ -359,10 +368,13 @@ func (s *Service) knownBasis(id string, pl *plan, planErr error) (commitBasis, m
 		return commitBasis{}, nil, false
 	}
 	groups := s.byPartition(k.read)
+	b := commitBasis{read: k.read, age: k.start, notes: k.notes}
+	if pl == nil { // nothing to commit: checkRelease guards each partition
+		return b, groups, true
+	}
 	if len(groups) > 1 || (len(groups) == 1 && groups[pl.part] == nil) {
 		return commitBasis{}, nil, false
 	}
-	b := commitBasis{read: k.read, age: k.start, notes: k.notes}
 	for i, w := range pl.writes {
 		if w.patch == nil {
 			continue

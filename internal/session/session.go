@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -312,6 +313,87 @@ func (s *Service) validate(ctx context.Context, id string, groups map[int][]stri
 		}
 	}
 	return nil
+}
+
+// checkRelease ends a session that commits nothing: it gives up every
+// lease of the session, checking that it still held each one
+// (lease.CheckReleaseCall), one step per partition in one round trip, and
+// wakes the requests of this process waiting for those leases. A lease
+// lost — voided by an older session's X, or expired — is an AbortedError
+// (ReasonVoided), as validate's: what the session read may not be one
+// state of the cache. Releasing one partition's leases before the next
+// is checked changes nothing: a session that changes keys of both needs X
+// leases on the second's too, which it gets only by voiding them (and
+// this one then aborts) or after this release.
+//
+// b is the session's record, read from Redis, or (known) as this process
+// knows it: then each step first checks that the record still counts
+// b.notes notes, and one that finds notes made elsewhere changes nothing;
+// the record is read, and the keys not yet released are checked and
+// released as above. The record is deleted in the same round trip, or,
+// when known, with other commits' (forgetLater).
+func (s *Service) checkRelease(ctx context.Context, id string, b commitBasis, groups map[int][]string, known bool) error {
+	parts := sortedParts(groups)
+	calls := make([]rscript.Call, 0, len(parts)+1)
+	var released []string
+	notes := strconv.FormatInt(b.notes, 10)
+	for _, p := range parts {
+		lks := s.leaseKeys(p, groups[p])
+		if known {
+			calls = append(calls, lease.CheckReleaseIfCall(lks, id, s.keys.Record(id), "n", notes))
+		} else {
+			calls = append(calls, lease.CheckReleaseCall(lks, id))
+		}
+		for _, k := range lks {
+			released = append(released, k.Lease)
+		}
+	}
+	if !known {
+		calls = append(calls, rscript.Call{Script: forgetScript, Keys: []string{s.keys.Record(id)}})
+	}
+	replies, errs, _ := rscript.Durable{Client: s.rdb}.RunAll(ctx, calls)
+	s.wakes.wake(released...)
+	var moved []int // partitions whose step found notes made elsewhere
+	var lost error  // the first lease lost
+	for i, p := range parts {
+		if errs[i] != nil {
+			return fmt.Errorf("session: validate: %w", errs[i])
+		}
+		switch n, _ := replies[i].(int64); {
+		case n < 0:
+			moved = append(moved, p)
+		case n > 0 && lost == nil:
+			lost = &AbortedError{Reason: ReasonVoided, Key: groups[p][n-1]}
+		}
+	}
+	if !known {
+		if err := errs[len(parts)]; err != nil {
+			s.log.Debug("deleting a session's record", "err", err)
+		}
+		return lost
+	}
+	if len(moved) == 0 {
+		s.forgetLater(id)
+		return lost
+	}
+	// Notes made elsewhere: the record says which keys the session holds
+	// leases on; those of the partitions released above are done.
+	read, _, err := s.record(ctx, id)
+	if err != nil {
+		return err
+	}
+	if lost != nil {
+		s.release(ctx, id, s.byPartition(read), -1)
+		return lost
+	}
+	for _, p := range parts {
+		if !slices.Contains(moved, p) {
+			for _, k := range groups[p] {
+				delete(read, k)
+			}
+		}
+	}
+	return s.checkRelease(ctx, id, commitBasis{read: read}, s.byPartition(read), false)
 }
 
 // Abort releases the session's leases and forgets it.

@@ -722,3 +722,119 @@ func TestCommitLeavesOthersLeases(t *testing.T) {
 		t.Fatalf("session b lost its lease on k:1:b to a commit that only read it: %v", err)
 	}
 }
+
+// TestReadOnlyCommit: a session that commits nothing ends in one round
+// trip when this process saw all its notes — its leases in two partitions
+// checked and released, its record deleted after, batched — and in two
+// when it did not (the record read first); a note made elsewhere after
+// this process's last one is found, and the lease it took released too.
+// A session whose S lease a writer voided meanwhile is aborted at its
+// commit (ReasonVoided, naming the key), and holds no lease after, in
+// either partition, nor a record.
+func TestReadOnlyCommit(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	keys := w.svc.Keys()
+	q := 2
+	for keys.Partition(fmt.Sprintf("f/%d", q)) == keys.Partition("f/1") {
+		q++
+	}
+	a, b, c := "k:1:a", fmt.Sprintf("k:%d:b", q), fmt.Sprintf("k:%d:c", q)
+	parts := map[string]string{a: "f/1", b: fmt.Sprintf("f/%d", q), c: fmt.Sprintf("f/%d", q)}
+	for _, k := range []string{a, b, c} {
+		w.commitSet(t, k, `{"v":"`+k+`"}`)
+	}
+	holds := func(id string) []string {
+		var held []string
+		for key, part := range parts {
+			h, err := w.rdb.HGetAll(ctx, keys.LeaseKey(keys.Partition(part), key).Lease).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h[id] != "" {
+				held = append(held, key+" "+h[id])
+			}
+		}
+		return held
+	}
+	rt := &roundTrips{}
+	w.rdb.AddHook(rt)
+	// Redis learns the script first (a NOSCRIPT answer costs a round trip).
+	if err := checkReleaseOnce(ctx, w.svc); err != nil {
+		t.Fatal(err)
+	}
+	other := New(w.rdb, w.svc.cfg, w.svc.fams, w.svc.maps, metrics.NewSessions(nil), metrics.New(nil), slog.New(slog.DiscardHandler))
+	other.Applier = w
+	for _, tc := range []struct {
+		name   string
+		begin  *Service // the service that reads first
+		noteC  bool     // the other service then reads c in the session
+		rounds int64
+	}{
+		{"known here", w.svc, false, 1},
+		{"begun elsewhere", other, false, 2},
+		{"a note elsewhere after this process's", w.svc, true, 3}, // the step, the record, the rest
+	} {
+		id, vals, _, err := tc.begin.BeginReadAll(ctx, Reads{Keys: []string{a, b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(vals) != 2 || string(vals[0]) != `{"v":"`+a+`"}` || string(vals[1]) != `{"v":"`+b+`"}` {
+			t.Fatalf("%s: read %s, want both entries", tc.name, vals)
+		}
+		if tc.noteC {
+			if _, _, err := other.ReadAll(ctx, id, Reads{Keys: []string{c}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(holds(id)) == 0 {
+			t.Fatalf("%s: the reader holds no lease", tc.name)
+		}
+		before := rt.n.Load()
+		if _, err := w.svc.Commit(ctx, id, CommitRequest{}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n := rt.n.Load() - before; n != tc.rounds {
+			t.Errorf("%s: the read-only commit made %d round trips, want %d", tc.name, n, tc.rounds)
+		}
+		if held := holds(id); len(held) > 0 {
+			t.Errorf("%s: after the read-only commit the session still holds %v", tc.name, held)
+		}
+		w.forgotten(t, id)
+	}
+
+	// A writer voids the reader's S lease on b: the read-only commit
+	// aborts, and the reader's lease on a goes too.
+	id, _, _, err := w.svc.BeginReadAll(ctx, Reads{Keys: []string{a, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.commitSet(t, b, `{"v":"b2"}`)
+	_, err = w.svc.Commit(ctx, id, CommitRequest{})
+	var ae *AbortedError
+	if !errors.As(err, &ae) || ae.Reason != ReasonVoided || ae.Key != b {
+		t.Fatalf("read-only commit after a write voided its lease on %s: %v, want aborted (voided, %s)", b, err, b)
+	}
+	if held := holds(id); len(held) > 0 {
+		t.Errorf("after the aborted read-only commit the session still holds %v", held)
+	}
+	w.forgotten(t, id)
+}
+
+// checkReleaseOnce commits, known and not, sessions that read one key and
+// commit nothing: Redis learns both forms of the script.
+func checkReleaseOnce(ctx context.Context, svc *Service) error {
+	for _, known := range []bool{true, false} {
+		id, _, _, err := svc.BeginReadAll(ctx, Reads{Keys: []string{"k:1:z"}})
+		if err != nil {
+			return err
+		}
+		if !known {
+			svc.known.forget(id)
+		}
+		if _, err = svc.Commit(ctx, id, CommitRequest{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
