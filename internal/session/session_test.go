@@ -725,8 +725,9 @@ func TestCommitLeavesOthersLeases(t *testing.T) {
 
 // TestReadOnlyCommit: a session that commits nothing ends in one round
 // trip when this process saw all its notes — its leases in two partitions
-// checked and released, its record deleted after, batched — and in two
-// when it did not (the record read first); a note made elsewhere after
+// checked and released; its record is deleted after, batched with other
+// commits' — and in two when it did not (the record read first, then the
+// leases and the record in one); a note made elsewhere after
 // this process's last one is found, and the lease it took released too.
 // A session whose S lease a writer voided meanwhile is aborted at its
 // commit (ReasonVoided, naming the key), and holds no lease after, in
@@ -771,9 +772,9 @@ func TestReadOnlyCommit(t *testing.T) {
 		noteC  bool     // the other service then reads c in the session
 		rounds int64
 	}{
-		{"known here", w.svc, false, 1},
-		{"begun elsewhere", other, false, 2},
-		{"a note elsewhere after this process's", w.svc, true, 3}, // the step, the record, the rest
+		{"known here", w.svc, false, 2},                           // the step; the record's deletion, batched after
+		{"begun elsewhere", other, false, 2},                      // the record; the step and its deletion
+		{"a note elsewhere after this process's", w.svc, true, 3}, // the step, the record, the rest and its deletion
 	} {
 		id, vals, _, err := tc.begin.BeginReadAll(ctx, Reads{Keys: []string{a, b}})
 		if err != nil {
@@ -790,17 +791,26 @@ func TestReadOnlyCommit(t *testing.T) {
 		if len(holds(id)) == 0 {
 			t.Fatalf("%s: the reader holds no lease", tc.name)
 		}
+		deletions := func() { // wait for the batched deletions of records to end
+			waitUntil(t, "the committed sessions' records to go", func() bool {
+				w.svc.gone.mu.Lock()
+				defer w.svc.gone.mu.Unlock()
+				return !w.svc.gone.running
+			})
+		}
+		deletions()
 		before := rt.n.Load()
 		if _, err := w.svc.Commit(ctx, id, CommitRequest{}); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
+		deletions()
 		if n := rt.n.Load() - before; n != tc.rounds {
 			t.Errorf("%s: the read-only commit made %d round trips, want %d", tc.name, n, tc.rounds)
 		}
+		w.forgotten(t, id)
 		if held := holds(id); len(held) > 0 {
 			t.Errorf("%s: after the read-only commit the session still holds %v", tc.name, held)
 		}
-		w.forgotten(t, id)
 	}
 
 	// A writer voids the reader's S lease on b: the read-only commit
