@@ -35,7 +35,7 @@ func parseRequire(s string, policies []string) ([]requirement, error) {
 		if c == "" {
 			continue
 		}
-		pair, min, ok := strings.Cut(c, ">=")
+		pair, least, ok := strings.Cut(c, ">=")
 		a, b, ok2 := strings.Cut(pair, "/")
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("--require: %q is not policy/policy>=ratio (write-back/database>=1.5)", c)
@@ -46,7 +46,7 @@ func parseRequire(s string, policies []string) ([]requirement, error) {
 				return nil, fmt.Errorf("--require: %q names %q, which is not among --policies (%s)", c, p, strings.Join(policies, ","))
 			}
 		}
-		x, err := strconv.ParseFloat(strings.TrimSpace(min), 64)
+		x, err := strconv.ParseFloat(strings.TrimSpace(least), 64)
 		if err != nil || !(x > 0) || r.A == r.B {
 			return nil, fmt.Errorf("--require: %q needs two different policies and a positive ratio", c)
 		}

@@ -283,7 +283,7 @@ func (s *Service) Commit(ctx context.Context, id string, req CommitRequest) (Com
 	if pl == nil {
 		// Nothing to commit: the validation and the release are one step
 		// per partition, in one round trip.
-		if err := s.checkRelease(ctx, id, b, groups, ok); err != nil {
+		if err := s.checkRelease(ctx, id, b, groups); err != nil {
 			var ae *AbortedError
 			if !errors.As(err, &ae) {
 				return fail(err) // the leases may still be held: release them

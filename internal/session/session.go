@@ -326,13 +326,14 @@ func (s *Service) validate(ctx context.Context, id string, groups map[int][]stri
 // leases on the second's too, which it gets only by voiding them (and
 // this one then aborts) or after this release.
 //
-// b is the session's record, read from Redis, or (known) as this process
-// knows it: then each step first checks that the record still counts
-// b.notes notes, and one that finds notes made elsewhere changes nothing;
-// the record is read, and the keys not yet released are checked and
-// released as above. The record is deleted in the same round trip, or,
-// when known, with other commits' (forgetLater).
-func (s *Service) checkRelease(ctx context.Context, id string, b commitBasis, groups map[int][]string, known bool) error {
+// b is the session's record, read from Redis (b.notes is 0), or as this
+// process knows it (b.notes counts its notes): then each step first checks
+// that the record still counts b.notes notes, and one that finds notes made
+// elsewhere changes nothing; the record is read, and the keys not yet
+// released are checked and released as above. The record is deleted in the
+// same round trip, or, when known, with other commits' (forgetLater).
+func (s *Service) checkRelease(ctx context.Context, id string, b commitBasis, groups map[int][]string) error {
+	known := b.notes > 0
 	parts := sortedParts(groups)
 	calls := make([]rscript.Call, 0, len(parts)+1)
 	var released []string
@@ -393,7 +394,7 @@ func (s *Service) checkRelease(ctx context.Context, id string, b commitBasis, gr
 			}
 		}
 	}
-	return s.checkRelease(ctx, id, commitBasis{read: read}, s.byPartition(read), false)
+	return s.checkRelease(ctx, id, commitBasis{read: read}, s.byPartition(read))
 }
 
 // Abort releases the session's leases and forgets it.

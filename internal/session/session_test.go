@@ -130,14 +130,21 @@ const staleness = time.Second
 // pending (forgetLater), then checks that session id's record is gone.
 func (w *world) forgotten(t *testing.T, id string) {
 	t.Helper()
+	w.deletionsDone(t)
+	if n, err := w.rdb.Exists(context.Background(), w.svc.keys.Record(id)).Result(); err != nil || n != 0 {
+		t.Fatalf("the committed session's record is still there (%d, %v)", n, err)
+	}
+}
+
+// deletionsDone waits until no batched deletion of committed sessions'
+// records is pending or running (forgetLater).
+func (w *world) deletionsDone(t *testing.T) {
+	t.Helper()
 	waitUntil(t, "the committed sessions' records to go", func() bool {
 		w.svc.gone.mu.Lock()
 		defer w.svc.gone.mu.Unlock()
 		return !w.svc.gone.running
 	})
-	if n, err := w.rdb.Exists(context.Background(), w.svc.keys.Record(id)).Result(); err != nil || n != 0 {
-		t.Fatalf("the committed session's record is still there (%d, %v)", n, err)
-	}
 }
 
 // entry is key's cache entry in Redis (queue f/1's partition).
@@ -791,19 +798,12 @@ func TestReadOnlyCommit(t *testing.T) {
 		if len(holds(id)) == 0 {
 			t.Fatalf("%s: the reader holds no lease", tc.name)
 		}
-		deletions := func() { // wait for the batched deletions of records to end
-			waitUntil(t, "the committed sessions' records to go", func() bool {
-				w.svc.gone.mu.Lock()
-				defer w.svc.gone.mu.Unlock()
-				return !w.svc.gone.running
-			})
-		}
-		deletions()
+		w.deletionsDone(t)
 		before := rt.n.Load()
 		if _, err := w.svc.Commit(ctx, id, CommitRequest{}); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		deletions()
+		w.deletionsDone(t)
 		if n := rt.n.Load() - before; n != tc.rounds {
 			t.Errorf("%s: the read-only commit made %d round trips, want %d", tc.name, n, tc.rounds)
 		}
