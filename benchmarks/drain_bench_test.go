@@ -61,6 +61,14 @@ const (
 // upserting one applied record per row (under a collection of its own);
 // records/direct is what such an applier can reach at best, drain/records
 // how much of it the appliers do.
+//
+// The bound of an applier that keeps a record per batch instead
+// (docs/design-applied-batches.md): batches-changes/s is the same client
+// writing the rows with the UPDATE from arrays and, in the same transaction
+// and round trip, inserting one row per batch that names the batch's
+// documents and their last seqs (arrays on PostgreSQL, a JSON document on
+// MySQL) into a table of its own; batches/direct is what such an applier
+// can reach at best.
 func BenchmarkDrain(b *testing.B) {
 	for _, st := range []struct{ driver, dsn string }{{ycsb.Postgres, pgDSN}, {ycsb.MySQL, myDSN}} {
 		b.Run(st.driver, func(b *testing.B) { benchDrain(b, st.driver, st.dsn) })
@@ -94,13 +102,17 @@ type drainWorld struct {
 	// bound writes the rows as direct's best statement does and, in the
 	// same transaction, one applied record per row (see BenchmarkDrain).
 	bound func(ctx context.Context, keys, vals []string, seq int64) error
-	close func() error // the direct client
+	// batchBound writes the rows as direct's best statement does and, in
+	// the same transaction, one record of the batch numbered batch.
+	batchBound func(ctx context.Context, keys, vals []string, batch int64) error
+	close      func() error // the direct client
 }
 
 func benchDrain(b *testing.B, driver, dsn string) {
 	ctx := context.Background()
 	w := newDrainWorld(b, driver, dsn)
-	var drained, directDur, boundDur time.Duration
+	var drained, directDur, boundDur, batchesDur time.Duration
+	batchNo := int64(0)
 	directBy := map[string]time.Duration{}
 	rounds := 0
 	b.ResetTimer()
@@ -140,6 +152,16 @@ func benchDrain(b *testing.B, driver, dsn string) {
 			}
 		}
 		boundDur += time.Since(start)
+		_, vals = drainRound(i)
+		start = time.Now()
+		for lo := 0; lo < len(keys); lo += drainBatch {
+			hi := min(lo+drainBatch, len(keys))
+			batchNo++
+			if err := w.batchBound(ctx, keys[lo:hi], vals[lo:hi], batchNo); err != nil {
+				b.Fatalf("direct with batch records: %v", err)
+			}
+		}
+		batchesDur += time.Since(start)
 		rounds++
 		b.StartTimer()
 	}
@@ -160,6 +182,8 @@ func benchDrain(b *testing.B, driver, dsn string) {
 	b.ReportMetric(changes/boundDur.Seconds(), "records-changes/s")
 	b.ReportMetric(directDur.Seconds()/boundDur.Seconds(), "records/direct")
 	b.ReportMetric(boundDur.Seconds()/drained.Seconds(), "drain/records")
+	b.ReportMetric(changes/batchesDur.Seconds(), "batches-changes/s")
+	b.ReportMetric(directDur.Seconds()/batchesDur.Seconds(), "batches/direct")
 }
 
 // drainRound returns the records and random new field0 values of round i:
@@ -335,6 +359,24 @@ ON CONFLICT (collection, id) DO UPDATE SET seq = EXCLUDED.seq WHERE a.seq < EXCL
 	b.Cleanup(func() {
 		_, _ = conn.Exec(context.Background(), "DELETE FROM "+store.AppliedTable+" WHERE collection = $1", coll)
 	})
+	batches := t + "_batches"
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+batches+" (part int NOT NULL, batch bigint NOT NULL, ids text[] NOT NULL, seqs int8[] NOT NULL, PRIMARY KEY (part, batch))"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP TABLE "+batches) })
+	insert := "INSERT INTO " + batches + " (part, batch, ids, seqs) VALUES (0, $1, $2, $3)"
+	w.batchBound = func(ctx context.Context, keys, vals []string, batch int64) error {
+		seqs := make([]int64, len(keys))
+		for i := range seqs {
+			seqs[i] = batch
+		}
+		pb := &pgx.Batch{}
+		pb.Queue("BEGIN")
+		pb.Queue(insert, batch, keys, seqs)
+		pb.Queue(update, keys, vals)
+		pb.Queue("COMMIT")
+		return conn.SendBatch(ctx, pb).Close()
+	}
 }
 
 // boundCollection names the applied records of the records bound of table
@@ -403,6 +445,29 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string) {
 	b.Cleanup(func() {
 		_, _ = mdb.ExecContext(context.Background(), "DELETE FROM "+store.AppliedTable+" WHERE collection = ?", coll)
 	})
+	batches := t + "_batches"
+	if _, err := mdb.ExecContext(context.Background(), "CREATE TABLE "+batches+" (part INT NOT NULL, batch BIGINT NOT NULL, docs LONGTEXT NOT NULL, PRIMARY KEY (part, batch))"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = mdb.ExecContext(context.Background(), "DROP TABLE "+batches) })
+	w.batchBound = func(ctx context.Context, keys, vals []string, batch int64) error {
+		docs := make(map[string]int64, len(keys))
+		for _, k := range keys {
+			docs[k] = batch
+		}
+		js, err := json.Marshal(docs)
+		if err != nil {
+			return err
+		}
+		var sb strings.Builder
+		args := make([]any, 0, 2+2*len(keys))
+		sb.WriteString("START TRANSACTION; INSERT INTO " + batches + " (part, batch, docs) VALUES (0, ?, ?); ")
+		args = append(args, batch, string(js))
+		args = myUpdateJoin(&sb, args, t, k, f, keys, vals)
+		sb.WriteString("; COMMIT")
+		_, err = mdb.ExecContext(ctx, sb.String(), args...)
+		return err
+	}
 }
 
 // myUpdateJoin appends to sb MySQL's batched UPDATE of field f of the
