@@ -11,7 +11,7 @@ DEMOFLAGS ?=
 # Extra flags for the Go micro-benchmarks of `make bench`, e.g. BENCHFLAGS='-benchmem -count 5'.
 BENCHFLAGS ?=
 # Space-separated pkgpath:FuzzName pairs; empty disables the fuzz step.
-FUZZ_TARGETS ?= ./internal/change:FuzzParse ./mappings:FuzzMatch ./benchmarks/tpcc:FuzzDecodeRows ./internal/resp:FuzzProtocol ./internal/sqlcheck:FuzzCheckDML ./internal/sqlcheck:FuzzSingleRowInsert ./internal/sqlcheck:FuzzSingleKeyedWrite ./internal/session:FuzzDecodeObject ./internal/session:FuzzDecodeCommit ./internal/session:FuzzSplitObject ./internal/session:FuzzEncodeObject ./internal/session:FuzzPatchEntry ./internal/jsonenc:FuzzValue ./internal/jsonscan:FuzzScan ./pkg/client:FuzzCacheManyAnswer
+FUZZ_TARGETS ?= ./internal/change:FuzzParse ./mappings:FuzzMatch ./benchmarks/tpcc:FuzzDecodeRows ./internal/resp:FuzzProtocol ./internal/sqlcheck:FuzzCheckDML ./internal/sqlcheck:FuzzSingleRowInsert ./internal/sqlcheck:FuzzSingleKeyedWrite ./internal/session:FuzzDecodeObject ./internal/session:FuzzDecodeCommit ./internal/session:FuzzSplitObject ./internal/session:FuzzEncodeObject ./internal/session:FuzzPatchEntry ./internal/jsonenc:FuzzValue ./internal/jsonscan:FuzzScan ./internal/jsonscan:FuzzUnquote ./internal/change:FuzzDecode ./pkg/client:FuzzCacheManyAnswer
 FUZZTIME_SHORT ?= 15s
 FUZZTIME_LONG ?= 2m
 # How long the fuzzer may spend shrinking one input. Go's default (60s) is

@@ -13,12 +13,20 @@ import (
 
 // apply applies writes to st in one transaction — converted first when st
 // has no transactions (see convert) — and observes the apply metrics.
-func (a *Applier) apply(ctx context.Context, st store.Store, writes []store.Write) ([]store.Result, error) {
+// planned, when not nil, is writes planned ahead (store.Plan) for a
+// store.Planner.
+func (a *Applier) apply(ctx context.Context, st store.Store, writes []store.Write, planned *store.Planned) ([]store.Result, error) {
 	cv, converting := st.(store.Converter)
 	if !converting {
 		fault.Hit(fault.BeforeCommit)
 		start := time.Now()
-		res, err := st.Apply(ctx, writes)
+		var res []store.Result
+		var err error
+		if pl, ok := st.(store.Planner); ok && planned != nil {
+			res, err = pl.ApplyPlanned(ctx, planned)
+		} else {
+			res, err = st.Apply(ctx, writes)
+		}
 		if err == nil {
 			a.m.ApplyDuration.Observe(time.Since(start).Seconds())
 			a.m.ApplyBatchSize.Observe(float64(len(writes)))

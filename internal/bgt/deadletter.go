@@ -28,7 +28,7 @@ func (a *Applier) isolate(ctx context.Context, st store.Store, w store.Write, st
 	for _, c := range w.Changes {
 		one := w
 		one.Changes = []change.Change{c}
-		res, err := a.apply(ctx, st, []store.Write{one})
+		res, err := a.apply(ctx, st, []store.Write{one}, nil)
 		if err != nil {
 			a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
 			if stuck && !store.IsPermanent(err) && store.Isolable(err) && ctx.Err() == nil {

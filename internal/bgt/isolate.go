@@ -69,7 +69,7 @@ func (a *Applier) split(ctx context.Context, storeName string, st store.Store, w
 	a.m.BatchSplits.Inc()
 	mid := len(writes) / 2
 	for _, half := range [][]store.Write{writes[:mid], writes[mid:]} {
-		res, err := a.apply(ctx, st, half)
+		res, err := a.apply(ctx, st, half, nil)
 		var n int
 		var d []buffer.Applied
 		switch {
@@ -102,7 +102,7 @@ func (a *Applier) oneByOne(ctx context.Context, storeName string, st store.Store
 	var applied int
 	var done []buffer.Applied
 	for _, w := range writes {
-		res, err := a.apply(ctx, st, []store.Write{w})
+		res, err := a.apply(ctx, st, []store.Write{w}, nil)
 		if err == nil {
 			n, d, _ := a.account([]store.Write{w}, res)
 			applied += n
@@ -132,7 +132,7 @@ func (a *Applier) settle(ctx context.Context, st store.Store, one store.Write) (
 	if err := pause(ctx, a.cfg.RetryBackoff); err != nil {
 		return nil, err
 	}
-	res, err := a.apply(ctx, st, []store.Write{one})
+	res, err := a.apply(ctx, st, []store.Write{one}, nil)
 	if err == nil || !store.Isolable(err) || ctx.Err() != nil {
 		return res, err
 	}

@@ -186,7 +186,8 @@ func roomFor(ctx context.Context, took time.Duration) bool {
 // from the pending index and their changes, grouped by store.
 type batch struct {
 	groups  map[string][]store.Write
-	done    []buffer.Applied // documents drained meanwhile: unindex
+	planned map[string]*store.Planned // groups planned ahead, for stores that are store.Planners
+	done    []buffer.Applied          // documents drained meanwhile: unindex
 	members map[buffer.DocRef]bool
 	full    bool // more documents were pending than the batch took
 }
@@ -248,6 +249,16 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 			Collection: coll, Table: c.Table, ID: id, Partition: r.Part, Changes: changes[i],
 		})
 	}
+	// Planned here, the next batch's statements are ready when the batch
+	// in the store commits.
+	for name, writes := range b.groups {
+		if _, ok := a.colls[writes[0].Collection].Store.(store.Planner); ok {
+			if b.planned == nil {
+				b.planned = map[string]*store.Planned{}
+			}
+			b.planned[name] = store.Plan(writes)
+		}
+	}
 	return b, nil
 }
 
@@ -256,7 +267,7 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 func (a *Applier) applyBatch(ctx context.Context, b *batch, fails int) (applied int, done []buffer.Applied, firstErr error) {
 	done = b.done
 	for name, writes := range b.groups {
-		n, d, err := a.applyWrites(ctx, name, writes, fails)
+		n, d, err := a.applyWrites(ctx, name, writes, b.planned[name], fails)
 		applied += n
 		done = append(done, d...)
 		if err != nil && firstErr == nil {
@@ -275,7 +286,8 @@ func (a *Applier) warnUnknown(n int) {
 }
 
 // applyWrites applies writes to one store in one transaction. fails is
-// how many times in a row this round will have failed if it fails. When
+// how many times in a row this round will have failed if it fails;
+// planned, when not nil, is writes planned ahead (readBatch). When
 // the store rejects the batch for good (a permanent error), the batch is
 // split to find the culprits (oneByOne), so that only the changes the store
 // refuses become dead letters — never the valid changes around them, never
@@ -286,9 +298,9 @@ func (a *Applier) warnUnknown(n int) {
 // and so on, until what keeps failing is one change, which becomes a dead
 // letter (see split). Errors of the store as a whole (down, read-only …)
 // never dead-letter anything.
-func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []store.Write, fails int) (int, []buffer.Applied, error) {
+func (a *Applier) applyWrites(ctx context.Context, storeName string, writes []store.Write, planned *store.Planned, fails int) (int, []buffer.Applied, error) {
 	st := a.colls[writes[0].Collection].Store
-	results, err := a.apply(ctx, st, writes)
+	results, err := a.apply(ctx, st, writes, planned)
 	if err == nil {
 		return a.account(writes, results)
 	}

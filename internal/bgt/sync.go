@@ -39,7 +39,7 @@ func (a *Applier) ApplyDoc(ctx context.Context, coll, id string, seq int64) erro
 			return a.deadError(ctx, coll, id, seq)
 		}
 		w := store.Write{Collection: coll, Table: c.Table, ID: id, Partition: ref.Part, Changes: cs}
-		res, err := a.apply(ctx, c.Store, []store.Write{w})
+		res, err := a.apply(ctx, c.Store, []store.Write{w}, nil)
 		if err != nil {
 			a.m.ApplyErrors.WithLabelValues(errKind(err)).Inc()
 			if !store.IsPermanent(err) {

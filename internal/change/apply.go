@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/writeback/writeback/internal/jsonscan"
 )
 
 // Apply returns the document that results from applying c to doc (nil when
@@ -265,6 +267,10 @@ func Decode(entry string) (Change, error) {
 		return Change{}, fmt.Errorf("change: unknown kind in entry %.40q", entry)
 	}
 	body := rest[2:]
+	if doc, set, ok := decodeSets(body); ok {
+		c.Doc, c.Set = doc, set
+		return c, nil
+	}
 	var w wire
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.UseNumber()
@@ -281,6 +287,59 @@ func Decode(entry string) (Change, error) {
 		return Change{}, err
 	}
 	return c, nil
+}
+
+// decodeSets is Decode's answer for the bodies of puts and of patches that
+// only set columns, as json.Marshal writes them — {"doc":{…}}, {"$set":{…}}
+// or {} — read without encoding/json's decoder (ownedObject), the values
+// slices of one copy of body; false for anything else, which the decoder
+// then reads or refuses.
+func decodeSets(body string) (doc, set Doc, ok bool) {
+	b := []byte(body)
+	if len(b) < 2 || b[0] != '{' {
+		return nil, nil, false
+	}
+	if len(b) == 2 && b[1] == '}' {
+		return nil, nil, true
+	}
+	for i := 1; ; {
+		end, escaped, ok := jsonscan.StringEnd(b, i)
+		if !ok || escaped || end >= len(b) || b[end] != ':' {
+			return nil, nil, false
+		}
+		vend, ok := jsonscan.ValueEnd(b, end+1)
+		if !ok || vend >= len(b) {
+			return nil, nil, false
+		}
+		m, ok := ownedObject(b[end+1 : vend : vend])
+		if !ok {
+			return nil, nil, false
+		}
+		// A member given twice would be merged by the decoder: leave it
+		// to the decoder.
+		switch string(b[i+1 : end-1]) {
+		case "doc":
+			if doc != nil {
+				return nil, nil, false
+			}
+			doc = m
+		case "$set":
+			if set != nil {
+				return nil, nil, false
+			}
+			set = m
+		default:
+			return nil, nil, false
+		}
+		switch b[vend] {
+		case ',':
+			i = vend + 1
+		case '}':
+			return doc, set, vend+1 == len(b)
+		default:
+			return nil, nil, false
+		}
+	}
 }
 
 // checkOps rejects decoded operators this package could not have written.

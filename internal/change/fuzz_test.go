@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -143,4 +145,34 @@ func TestCompactObject(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzDecode: Decode's shortcut (decodeSets) answers exactly what
+// encoding/json's decoder answers for the bodies it takes.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"$set":{"a":"x\u003c","n":1}}`, `{"doc":{"id":"1","j":{"a":[1]}}}`, `{"$set":{}}`,
+		`{"$set":{"a":1},"$set":{"b":2}}`, `{"$SET":{"a":1}}`, `{"doc":null}`, `{"$set":{"a":1}}x`,
+		`{"$set":{"a":1,"a":2}}`, `{"$set":{"a\n":1}}`, `{"$inc":{"n":1}}`, `{ "$set":{"a":1}}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		doc, set, ok := decodeSets(body)
+		if !ok {
+			return
+		}
+		var w wire
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&w); err != nil {
+			t.Fatalf("decodeSets took %q, which the decoder refuses: %v", body, err)
+		}
+		if w.Unset != nil || w.Inc != nil || w.JSON != nil || w.Ops != nil {
+			t.Fatalf("decodeSets took %q, which the decoder reads as more than doc and $set: %+v", body, w)
+		}
+		if !reflect.DeepEqual(doc, w.Doc) || !reflect.DeepEqual(set, w.Set) {
+			t.Fatalf("decodeSets(%q) = %q, %q; the decoder: %q, %q", body, doc, set, w.Doc, w.Set)
+		}
+	})
 }

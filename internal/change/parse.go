@@ -360,10 +360,15 @@ func decodeObject(body []byte, dst *map[string]json.RawMessage) error {
 // for anything else (which the decoder then reads or refuses). As the
 // decoder's, a key given twice keeps its last value.
 func compactObject(body []byte) (map[string]json.RawMessage, bool) {
+	// One copy for the values: the caller's buffer may be reused.
+	return ownedObject(bytes.Clone(body))
+}
+
+// ownedObject is compactObject of a body the values may point into.
+func ownedObject(body []byte) (map[string]json.RawMessage, bool) {
 	if len(body) < 2 || body[0] != '{' {
 		return nil, false
 	}
-	body = bytes.Clone(body) // one copy for the values: the caller's buffer may be reused
 	m := map[string]json.RawMessage{}
 	i := 1
 	if len(body) == 2 && body[1] == '}' {

@@ -5,6 +5,12 @@
 // json.Marshal writes it; with whitespace, callers go to encoding/json).
 package jsonscan
 
+import (
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
 // MaxDepth bounds the nesting ValueEnd follows.
 const MaxDepth = 64
 
@@ -159,4 +165,80 @@ func NumberLen[T ~string | ~[]byte](s T) int {
 func IsNumber[T ~string | ~[]byte](s T) bool {
 	n := NumberLen(s)
 	return n > 0 && n == len(s)
+}
+
+// Unquote returns the string the JSON string literal s holds, decoded as
+// encoding/json decodes it (escapes, surrogate pairs; a lone surrogate or
+// a byte of invalid UTF-8 becomes U+FFFD), and whether s is one JSON
+// string.
+func Unquote(s string) (string, bool) {
+	if end, escaped, ok := StringEnd(s, 0); !ok || end != len(s) {
+		return "", false
+	} else if !escaped && utf8.ValidString(s) {
+		return s[1 : len(s)-1], true
+	}
+	b := make([]byte, 0, len(s))
+	for i := 1; i < len(s)-1; {
+		switch c := s[i]; {
+		case c == '\\':
+			switch s[i+1] {
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				r := hex4(s[i+2 : i+6])
+				i += 6
+				if utf16.IsSurrogate(r) {
+					if i+6 <= len(s)-1 && s[i] == '\\' && s[i+1] == 'u' {
+						if dec := utf16.DecodeRune(r, hex4(s[i+2:i+6])); dec != unicode.ReplacementChar {
+							r = dec
+							i += 6
+						} else {
+							r = unicode.ReplacementChar
+						}
+					} else {
+						r = unicode.ReplacementChar
+					}
+				}
+				b = utf8.AppendRune(b, r)
+				continue
+			default: // '"', '\\', '/'
+				b = append(b, s[i+1])
+			}
+			i += 2
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i : len(s)-1])
+			b = utf8.AppendRune(b, r) // RuneError for invalid UTF-8, as encoding/json
+			i += size
+		}
+	}
+	return string(b), true
+}
+
+// hex4 is the value of four hex digits (checked by StringEnd).
+func hex4(h string) rune {
+	var r rune
+	for i := range 4 {
+		c := h[i]
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }

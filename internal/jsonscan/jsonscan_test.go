@@ -77,3 +77,51 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+func TestUnquote(t *testing.T) {
+	for in, want := range map[string]string{
+		`"abc"`:               "abc",
+		`""`:                  "",
+		`"a\"b\\c\/d"`:        `a"b\c/d`,
+		`"\b\f\n\r\t"`:        "\b\f\n\r\t",
+		`"x\u003cy\u0026"`:    "x<y&",
+		`"\u00e9\u20AC"`:      "é€",
+		`"\ud83d\ude00!"`:     "😀!",
+		`"\ud83d"`:            "\uFFFD",
+		`"\ud83dx"`:           "\uFFFDx",
+		`"\ud83d\u0041"`:      "\uFFFDA",
+		`"\ude00"`:            "\uFFFD",
+		"\"\xff\"":            "\uFFFD",
+		"\"caf\xc3\xa9 \\n\"": "café \n",
+		"\"\xed\xa0\x80\\t\"": "\uFFFD\uFFFD\uFFFD\t",
+	} {
+		got, ok := Unquote(in)
+		if !ok || got != want {
+			t.Errorf("Unquote(%s) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{`abc`, `"a`, `"a"b"`, `"\q"`, `"\u12"`, "\"a\tb\"", `"a" `, `""""`} {
+		if got, ok := Unquote(in); ok {
+			t.Errorf("Unquote(%s) = %q, true; want false", in, got)
+		}
+	}
+}
+
+// FuzzUnquote: Unquote decodes exactly the strings json.Unmarshal decodes,
+// to the same string.
+func FuzzUnquote(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b\u003c"`, `"\ud83d\ude00"`, `"\ud83d\u0041"`, "\"\xff\"", `"\u00e9é"`, `"\q"`, `"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := Unquote(s)
+		var want string
+		err := json.Unmarshal([]byte(s), &want)
+		if ok != (err == nil && len(s) > 0 && s[0] == '"' && s[len(s)-1] == '"') {
+			t.Fatalf("Unquote(%q): ok %v; json.Unmarshal: %q, %v", s, ok, want, err)
+		}
+		if ok && got != want {
+			t.Fatalf("Unquote(%q) = %q; json.Unmarshal: %q", s, got, want)
+		}
+	})
+}

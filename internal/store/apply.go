@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -63,6 +64,56 @@ func newApplyBatch(writes []Write) (*applyBatch, error) {
 		return wx.ID < wy.ID
 	})
 	return b, nil
+}
+
+// Planned is a batch of writes validated and planned ahead of Apply (see
+// Plan and Planner).
+type Planned struct {
+	b     *applyBatch
+	err   error      // newApplyBatch's: applying fails with it
+	first *applyPlan // the first attempt's plan (firstPlan), taken by it
+}
+
+// Plan validates writes and plans them as a SQL store's Apply first does:
+// as if no change of them was applied before, the usual case (see
+// firstPlan). That needs no connection, so an applier plans the next
+// batch this way while the current one is in the store, and only sends
+// the next one's statements once it commits (Planner).
+func Plan(writes []Write) *Planned {
+	b, err := newApplyBatch(writes)
+	if err != nil {
+		return &Planned{err: err}
+	}
+	return &Planned{b: b, first: b.firstPlan()}
+}
+
+// take returns the first plan the first time, then nil: a rerun of the
+// transaction plans again.
+func (p *Planned) take() *applyPlan {
+	first := p.first
+	p.first = nil
+	return first
+}
+
+// Planner is a store whose Apply can take a batch planned ahead:
+// ApplyPlanned(ctx, Plan(writes)) is Apply(ctx, writes), whatever was
+// applied in between (the plan's assumption is checked in the store, as
+// Apply's first attempt checks it). Applying a Planned again plans again.
+type Planner interface {
+	ApplyPlanned(ctx context.Context, p *Planned) ([]Result, error)
+}
+
+// firstPlan is the plan of the first attempt of an Apply: every record
+// assumed behind its write's first change, no row read. nil when that plan
+// fails (a patch must read its row first, or it fails as if every change
+// applied, which may not be so for the changes that do: only the second
+// plan's errors count).
+func (b *applyBatch) firstPlan() *applyPlan {
+	plan, err := b.plan(nil, func(*Table, string) (change.Doc, error) { return nil, errNeedsRow })
+	if err != nil {
+		return nil
+	}
+	return plan
 }
 
 // keys returns the records to lock, in lock order.

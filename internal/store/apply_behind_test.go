@@ -90,3 +90,36 @@ func singleRoundTrip(t *testing.T, s Store, writes []Write, want error) {
 		t.Fatalf("no single round trip for %T", s)
 	}
 }
+
+// TestApplyPlannedAhead plans a batch (Plan, as an applier plans its next
+// batch while the current one is in the store) and lets another applier
+// commit part of it before the planned batch is applied: the plan, made as
+// if nothing were applied, must not apply those changes again. A Planned
+// applied a second time plans again and skips everything.
+func TestApplyPlannedAhead(t *testing.T) {
+	eachStore(t, func(t *testing.T, h *harness) {
+		tbl := h.describe(t, numbersDDL)
+		coll := testenv.UniqueName(t, "c")
+		h.exec(t, fmt.Sprintf("INSERT INTO %s (id, n) VALUES (1, 0), (2, 0)", tbl.Name))
+		w := func(id string, from, to int64) Write {
+			return Write{Collection: coll, Table: tbl, ID: id, Partition: 1, Changes: incs("n", from, to)}
+		}
+		planned := Plan([]Write{w("1", 1, 3), w("2", 1, 2)})
+		require.NotNil(t, planned.first, "a batch of increments is planned for the single round trip")
+		h.apply(t, w("1", 1, 2)) // the other applier, meanwhile
+		pl := h.s.(Planner)
+		res, err := pl.ApplyPlanned(t.Context(), planned)
+		require.NoError(t, err)
+		assert.Equal(t, []Result{{Applied: 1, Skipped: 2, LastSeq: 3}, {Applied: 2, LastSeq: 2}}, res)
+		res, err = pl.ApplyPlanned(t.Context(), planned)
+		require.NoError(t, err)
+		assert.Equal(t, []Result{{Skipped: 3, LastSeq: 3}, {Skipped: 2, LastSeq: 2}}, res)
+		for id, want := range map[string]string{"1": "3", "2": "2"} {
+			d, seq := h.read(t, tbl, coll, id)
+			assert.Equal(t, want, d["n"], "document %s", id)
+			assert.Equal(t, map[string]int64{"1": 3, "2": 2}[id], seq, "record of %s", id)
+		}
+		_, err = pl.ApplyPlanned(t.Context(), Plan([]Write{w("1", 2, 2), w("1", 3, 3)}))
+		require.ErrorContains(t, err, "appears twice", "Plan's refusal is ApplyPlanned's error")
+	})
+}

@@ -43,17 +43,23 @@ import (
 //
 // A deadlock reruns the whole transaction.
 func (s *myStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
-	b, err := newApplyBatch(writes)
-	if err != nil {
-		return nil, err
-	}
-	if len(b.order) == 0 {
-		return make([]Result, len(writes)), nil
-	}
-	return retryTx(myRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
+	return s.ApplyPlanned(ctx, Plan(writes))
 }
 
-func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
+// ApplyPlanned is Apply of a batch planned ahead (Planner).
+func (s *myStore) ApplyPlanned(ctx context.Context, p *Planned) ([]Result, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if len(p.b.order) == 0 {
+		return make([]Result, len(p.b.writes)), nil
+	}
+	return retryTx(myRetryable, func() ([]Result, error) { return s.applyOnce(ctx, p.b, p.take()) })
+}
+
+// applyOnce runs one attempt; first is its first plan (firstPlan), or nil
+// to compute it.
+func (s *myStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan) (_ []Result, err error) {
 	conn, err := s.applyDB.Conn(ctx)
 	if err != nil {
 		return nil, wrapErr("apply", err, myPermanent)
@@ -65,9 +71,11 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		}
 	}()
 
-	// As on PostgreSQL, only the second plan's errors count.
-	if plan, err := b.plan(nil, func(*Table, string) (change.Doc, error) { return nil, errNeedsRow }); err == nil {
-		res, err := s.applySingle(ctx, conn, plan, b)
+	if first == nil {
+		first = b.firstPlan()
+	}
+	if first != nil {
+		res, err := s.applySingle(ctx, conn, first, b)
 		if !errors.Is(err, errBehind) {
 			return res, err
 		}

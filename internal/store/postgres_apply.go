@@ -57,14 +57,18 @@ WHERE a.collection = u.c AND a.id = u.i`
 //
 // A deadlock or serialization failure reruns the whole transaction.
 func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
-	b, err := newApplyBatch(writes)
-	if err != nil {
-		return nil, err
+	return s.ApplyPlanned(ctx, Plan(writes))
+}
+
+// ApplyPlanned is Apply of a batch planned ahead (Planner).
+func (s *pgStore) ApplyPlanned(ctx context.Context, p *Planned) ([]Result, error) {
+	if p.err != nil {
+		return nil, p.err
 	}
-	if len(b.order) == 0 {
-		return make([]Result, len(writes)), nil
+	if len(p.b.order) == 0 {
+		return make([]Result, len(p.b.writes)), nil
 	}
-	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, b) })
+	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, p.b, p.take()) })
 }
 
 // errBehind says that a record of the batch is not behind its write's
@@ -111,7 +115,9 @@ const pgWriteOnesRecordsSQL = `WITH w AS (INSERT INTO ` + AppliedTable + ` AS a 
 	RETURNING 1)
 SELECT 1 / ((SELECT count(*) FROM w) = $5)::int`
 
-func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err error) {
+// applyOnce runs one attempt; first is its first plan (firstPlan), or nil
+// to compute it.
+func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan) (_ []Result, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, wrapErr("apply", err, pgPermanent)
@@ -125,11 +131,11 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch) (_ []Result, err
 		}
 	}()
 
-	// A plan that fails as if every change applied may not fail for the
-	// changes that do (a patch after a delete that was applied before):
-	// only the second plan's errors count.
-	if plan, err := b.plan(nil, func(*Table, string) (change.Doc, error) { return nil, errNeedsRow }); err == nil {
-		res, err := s.applyPlan(ctx, conn.Conn(), plan, b)
+	if first == nil {
+		first = b.firstPlan()
+	}
+	if first != nil {
+		res, err := s.applyPlan(ctx, conn.Conn(), first, b)
 		if !errors.Is(err, errBehind) {
 			return res, err
 		}

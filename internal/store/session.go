@@ -182,11 +182,8 @@ func argValue(dialect string, v json.RawMessage) (any, error) {
 	case 'f':
 		return false, nil
 	case '"':
-		if s, ok := plainJSONString(string(v)); ok {
-			return s, nil
-		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
+		s, err := unquoteJSON(v)
+		if err != nil {
 			return nil, err
 		}
 		return s, nil

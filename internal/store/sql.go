@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/jsonscan"
@@ -262,11 +261,8 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 	}
 	switch c.Type {
 	case change.TypeText, change.TypeOther:
-		if str, ok := plainJSONString(s); ok {
-			return str, nil
-		}
-		var str string
-		if err := json.Unmarshal(v, &str); err != nil {
+		str, err := unquoteJSON(v)
+		if err != nil {
 			return nil, permanentf("store: field %q must be a JSON string, not %.40s", c.Name, s)
 		}
 		return str, nil
@@ -290,21 +286,15 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 	return s, nil
 }
 
-// plainJSONString returns the string a JSON string literal without
-// escapes holds — most values: the quotes stripped — and false for
-// anything else (escapes, control characters, invalid UTF-8, not a
-// string), which json.Unmarshal then decodes or refuses.
-func plainJSONString(v string) (string, bool) {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return "", false
+// unquoteJSON decodes the JSON string v as json.Unmarshal does, without
+// its reflection when v has no whitespace around it (jsonscan.Unquote).
+func unquoteJSON(v []byte) (string, error) {
+	if s, ok := jsonscan.Unquote(string(v)); ok {
+		return s, nil
 	}
-	body := v[1 : len(v)-1]
-	for i := 0; i < len(body); i++ {
-		if c := body[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			return "", false
-		}
-	}
-	return body, true
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
 }
 
 // incArg converts one $inc amount into an argument of the column's numeric
