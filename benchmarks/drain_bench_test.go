@@ -355,14 +355,19 @@ func (w *drainWorld) directPostgres(b *testing.B, dsn string) {
 	records := fmt.Sprintf(`INSERT INTO %s AS a (collection, id, part, seq)
 SELECT $1, u.i, 0, $3 FROM unnest($2::text[]) AS u(i)
 ON CONFLICT (collection, id) DO UPDATE SET seq = EXCLUDED.seq WHERE a.seq < EXCLUDED.seq`, store.AppliedTable)
-	coll := boundCollection(t)
-	w.bound = func(ctx context.Context, keys, vals []string, seq int64) error {
+	// withUpdate runs q and the UPDATE from arrays of the rows in one
+	// transaction and one round trip.
+	withUpdate := func(ctx context.Context, keys, vals []string, q string, args ...any) error {
 		batch := &pgx.Batch{}
 		batch.Queue("BEGIN")
-		batch.Queue(records, coll, keys, seq)
+		batch.Queue(q, args...)
 		batch.Queue(update, keys, vals)
 		batch.Queue("COMMIT")
 		return conn.SendBatch(ctx, batch).Close()
+	}
+	coll := boundCollection(t)
+	w.bound = func(ctx context.Context, keys, vals []string, seq int64) error {
+		return withUpdate(ctx, keys, vals, records, coll, keys, seq)
 	}
 	b.Cleanup(func() {
 		_, _ = conn.Exec(context.Background(), "DELETE FROM "+store.AppliedTable+" WHERE collection = $1", coll)
@@ -378,12 +383,7 @@ ON CONFLICT (collection, id) DO UPDATE SET seq = EXCLUDED.seq WHERE a.seq < EXCL
 		for i := range seqs {
 			seqs[i] = batch
 		}
-		pb := &pgx.Batch{}
-		pb.Queue("BEGIN")
-		pb.Queue(insert, batch, keys, seqs)
-		pb.Queue(update, keys, vals)
-		pb.Queue("COMMIT")
-		return conn.SendBatch(ctx, pb).Close()
+		return withUpdate(ctx, keys, vals, insert, batch, keys, seqs)
 	}
 }
 

@@ -71,7 +71,8 @@ func newApplyBatch(writes []Write) (*applyBatch, error) {
 type Planned struct {
 	b     *applyBatch
 	err   error      // newApplyBatch's: applying fails with it
-	first *applyPlan // the first attempt's plan (firstPlan), taken by it
+	first *applyPlan // the first attempt's plan (firstPlan), or nil
+	taken bool       // an attempt took first: the next ones plan again
 }
 
 // Plan validates writes and plans them as a SQL store's Apply first does:
@@ -87,12 +88,14 @@ func Plan(writes []Write) *Planned {
 	return &Planned{b: b, first: b.firstPlan()}
 }
 
-// take returns the first plan the first time, then nil: a rerun of the
-// transaction plans again.
+// take returns an attempt's first plan: the one planned ahead the first
+// time, a new one for a rerun of the transaction (nil when it fails).
 func (p *Planned) take() *applyPlan {
-	first := p.first
-	p.first = nil
-	return first
+	if p.taken {
+		return p.b.firstPlan()
+	}
+	p.taken = true
+	return p.first
 }
 
 // Planner is a store whose Apply can take a batch planned ahead:
@@ -101,6 +104,19 @@ func (p *Planned) take() *applyPlan {
 // Apply's first attempt checks it). Applying a Planned again plans again.
 type Planner interface {
 	ApplyPlanned(ctx context.Context, p *Planned) ([]Result, error)
+}
+
+// applyPlanned is a SQL store's ApplyPlanned: Plan's error, or nothing to
+// do, or attempts of once (the batch and the attempt's first plan, see
+// take), rerun while retryable says so.
+func applyPlanned(p *Planned, retryable func(error) bool, once func(b *applyBatch, first *applyPlan) ([]Result, error)) ([]Result, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if len(p.b.order) == 0 {
+		return make([]Result, len(p.b.writes)), nil
+	}
+	return retryTx(retryable, func() ([]Result, error) { return once(p.b, p.take()) })
 }
 
 // firstPlan is the plan of the first attempt of an Apply: every record

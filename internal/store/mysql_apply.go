@@ -48,17 +48,13 @@ func (s *myStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
 
 // ApplyPlanned is Apply of a batch planned ahead (Planner).
 func (s *myStore) ApplyPlanned(ctx context.Context, p *Planned) ([]Result, error) {
-	if p.err != nil {
-		return nil, p.err
-	}
-	if len(p.b.order) == 0 {
-		return make([]Result, len(p.b.writes)), nil
-	}
-	return retryTx(myRetryable, func() ([]Result, error) { return s.applyOnce(ctx, p.b, p.take()) })
+	return applyPlanned(p, myRetryable, func(b *applyBatch, first *applyPlan) ([]Result, error) {
+		return s.applyOnce(ctx, b, first)
+	})
 }
 
-// applyOnce runs one attempt; first is its first plan (firstPlan), or nil
-// to compute it.
+// applyOnce runs one attempt; first is its first plan (firstPlan), nil
+// when there is none: the records are read first.
 func (s *myStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan) (_ []Result, err error) {
 	conn, err := s.applyDB.Conn(ctx)
 	if err != nil {
@@ -71,9 +67,6 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan
 		}
 	}()
 
-	if first == nil {
-		first = b.firstPlan()
-	}
 	if first != nil {
 		res, err := s.applySingle(ctx, conn, first, b)
 		if !errors.Is(err, errBehind) {

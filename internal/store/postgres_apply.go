@@ -62,13 +62,9 @@ func (s *pgStore) Apply(ctx context.Context, writes []Write) ([]Result, error) {
 
 // ApplyPlanned is Apply of a batch planned ahead (Planner).
 func (s *pgStore) ApplyPlanned(ctx context.Context, p *Planned) ([]Result, error) {
-	if p.err != nil {
-		return nil, p.err
-	}
-	if len(p.b.order) == 0 {
-		return make([]Result, len(p.b.writes)), nil
-	}
-	return retryTx(pgRetryable, func() ([]Result, error) { return s.applyOnce(ctx, p.b, p.take()) })
+	return applyPlanned(p, pgRetryable, func(b *applyBatch, first *applyPlan) ([]Result, error) {
+		return s.applyOnce(ctx, b, first)
+	})
 }
 
 // errBehind says that a record of the batch is not behind its write's
@@ -115,8 +111,8 @@ const pgWriteOnesRecordsSQL = `WITH w AS (INSERT INTO ` + AppliedTable + ` AS a 
 	RETURNING 1)
 SELECT 1 / ((SELECT count(*) FROM w) = $5)::int`
 
-// applyOnce runs one attempt; first is its first plan (firstPlan), or nil
-// to compute it.
+// applyOnce runs one attempt; first is its first plan (firstPlan), nil
+// when there is none: the records are read first.
 func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan) (_ []Result, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -131,9 +127,6 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan
 		}
 	}()
 
-	if first == nil {
-		first = b.firstPlan()
-	}
 	if first != nil {
 		res, err := s.applyPlan(ctx, conn.Conn(), first, b)
 		if !errors.Is(err, errBehind) {

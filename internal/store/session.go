@@ -182,7 +182,7 @@ func argValue(dialect string, v json.RawMessage) (any, error) {
 	case 'f':
 		return false, nil
 	case '"':
-		s, err := unquoteJSON(v)
+		s, err := unquoteJSON(string(v))
 		if err != nil {
 			return nil, err
 		}

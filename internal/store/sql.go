@@ -261,7 +261,7 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 	}
 	switch c.Type {
 	case change.TypeText, change.TypeOther:
-		str, err := unquoteJSON(v)
+		str, err := unquoteJSON(s)
 		if err != nil {
 			return nil, permanentf("store: field %q must be a JSON string, not %.40s", c.Name, s)
 		}
@@ -288,12 +288,12 @@ func columnArg(c change.Column, v json.RawMessage) (any, error) {
 
 // unquoteJSON decodes the JSON string v as json.Unmarshal does, without
 // its reflection when v has no whitespace around it (jsonscan.Unquote).
-func unquoteJSON(v []byte) (string, error) {
-	if s, ok := jsonscan.Unquote(string(v)); ok {
+func unquoteJSON(v string) (string, error) {
+	if s, ok := jsonscan.Unquote(v); ok {
 		return s, nil
 	}
 	var s string
-	err := json.Unmarshal(v, &s)
+	err := json.Unmarshal([]byte(v), &s)
 	return s, err
 }
 
