@@ -221,28 +221,18 @@ end
 return 0
 `)
 
-// releaseScript gives up a holder's leases. KEYS: pairs of (lease record,
-// cache entry). ARGV: 1 holder. Returns how many it held.
-var releaseScript = redis.NewScript(Lua + `
-local now = lease_now()
-local n = 0
-for i = 1, #KEYS, 2 do
-  n = n + redis.call('HDEL', KEYS[i], ARGV[1])
-  lease_keep(KEYS[i], KEYS[i + 1], now, lease_load(KEYS[i], KEYS[i + 1], now))
-end
-return n
-`)
-
-// checkReleaseScript gives up a holder's leases, as releaseScript does,
-// and says whether it still held every one of them: a session that wrote
-// nothing is validated and released in one step (one that wrote validates
-// first, its leases golden until its commit script has run). KEYS: pairs
+// releaseScript gives up a holder's leases and says whether it still held
+// every one of them: a session that wrote nothing is validated and
+// released in one step (one that wrote validates first, its leases golden
+// until its commit script has run, and ignores the reply). A lease of the
+// holder found expired counts as lost, and its entry goes as lease_load
+// drops any expired S or X lease's. KEYS: pairs
 // of (lease record, cache entry), then optionally a guard: a hash whose
 // field ARGV[2] must hold ARGV[3], or nothing is done and -1 returned.
 // ARGV: 1 holder. Returns 0 when it held them all, else the 1-based index
 // of the first pair whose lease was voided or expired; either way it
 // holds none of them after.
-var checkReleaseScript = redis.NewScript(Lua + `
+var releaseScript = redis.NewScript(Lua + `
 local n = #KEYS
 if n % 2 == 1 then
   if redis.call('HGET', KEYS[n], ARGV[2]) ~= ARGV[3] then return -1 end
@@ -344,14 +334,14 @@ func ReleaseCall(keys []Key, holder string) rscript.Call {
 // are not made golden: a holder that has nothing left to commit needs
 // them no longer.
 func CheckReleaseCall(keys []Key, holder string) rscript.Call {
-	return rscript.Call{Script: checkReleaseScript, Keys: flatten(keys), Args: []any{holder}}
+	return rscript.Call{Script: releaseScript, Keys: flatten(keys), Args: []any{holder}}
 }
 
 // CheckReleaseIfCall is CheckReleaseCall guarded: it does nothing, and
 // its reply is -1, unless field of the hash guard holds value (which need
 // not share the keys' hash tag: not for a Redis Cluster).
 func CheckReleaseIfCall(keys []Key, holder, guard, field, value string) rscript.Call {
-	return rscript.Call{Script: checkReleaseScript, Keys: append(flatten(keys), guard), Args: []any{holder, field, value}}
+	return rscript.Call{Script: releaseScript, Keys: append(flatten(keys), guard), Args: []any{holder, field, value}}
 }
 
 // Set stores a lease as is, whatever is held: tests use it to build every
