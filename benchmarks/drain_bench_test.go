@@ -6,23 +6,29 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 	"github.com/writeback/writeback/internal/bgt"
 	"github.com/writeback/writeback/internal/buffer"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/config"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
 )
@@ -34,9 +40,27 @@ var myDSN = envOr("WRITEBACK_BENCH_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/writeba
 // drainSpec is BenchmarkDrain's table: YCSB's usertable, 20k records.
 var drainSpec = ycsb.Spec{Records: 20_000, Fields: 10, FieldSize: 100}
 
-const (
-	drainDocs  = 4096 // one-field patches per round, each of a distinct record
-	drainBatch = 128  // documents per applier batch and per direct statement (the default batchSize)
+// drainBatch is the documents per applier batch and per direct statement
+// (the default batchSize).
+const drainBatch = 128
+
+// drainShape is how a BenchmarkDrain run buffers, drains and compares.
+type drainShape struct {
+	docs       int   // one-field patches per round, each of a distinct record
+	partitions int   // of the pending index
+	workers    int   // of the appliers (a flush runs twice as many goroutines)
+	conns      []int // the direct statements run at each of these concurrencies
+	bounds     bool  // also measure the bounds of applied records (one client)
+}
+
+var (
+	// drainOne drains with one applier goroutine against one client.
+	drainOne = drainShape{docs: 4096, partitions: 1, workers: 1, conns: []int{1}, bounds: true}
+	// drainDeployed drains with the default partitions and workers, enough
+	// patches for a full batch per partition, against the direct statements
+	// at 1 to 8 clients (as many as the flush's goroutines).
+	drainDeployed = drainShape{docs: 8192, partitions: config.Default().Writeback.Partitions,
+		workers: config.Default().Writeback.Workers, conns: []int{1, 2, 4, 8}}
 )
 
 // BenchmarkDrain measures, per SQL store, how fast the appliers drain
@@ -53,7 +77,12 @@ const (
 // ratio of the two; apply-changes/s counts only the time spent in the
 // store's ApplyPlanned (the rest of a drain is reading the pending
 // documents and their changes from Redis and planning the next batch, both
-// while a batch is in the store, and trimming).
+// while a batch is in the store, and trimming). Each way of writing the
+// rows also reports the CPU time each process spent on it per change, in
+// µs (<way>-<process>-us/change: self is the benchmark's process, the
+// appliers or a direct client; postgres or mariadbd, and redis-server),
+// read from /proc: on two CPUs every way is bound by its CPU time per
+// change, and these say whose.
 //
 // The bound of an exactly-once applier that keeps a record per document
 // (what Store.Apply does: writeback_applied_docs, written in the store
@@ -72,7 +101,21 @@ const (
 // can reach at best.
 func BenchmarkDrain(b *testing.B) {
 	for _, st := range []struct{ driver, dsn string }{{ycsb.Postgres, pgDSN}, {ycsb.MySQL, myDSN}} {
-		b.Run(st.driver, func(b *testing.B) { benchDrain(b, st.driver, st.dsn) })
+		b.Run(st.driver, func(b *testing.B) { benchDrain(b, st.driver, st.dsn, drainOne) })
+	}
+}
+
+// BenchmarkDrainDeployed is BenchmarkDrain with the appliers as a sidecar
+// runs them by default: writeback.partitions and writeback.workers of
+// config.Default, 8192 patches per round (a batch of 128 per partition on
+// average), drained by Flush's 2 × workers goroutines, each with its own
+// store connection. The reference is the store's own at its best: each
+// direct statement runs from 1, 2, 4 and 8 clients at once (each with its
+// own connection, taking the batches in turn), and drain/direct divides by
+// the fastest of them. The bounds of applied records are BenchmarkDrain's.
+func BenchmarkDrainDeployed(b *testing.B) {
+	for _, st := range []struct{ driver, dsn string }{{ycsb.Postgres, pgDSN}, {ycsb.MySQL, myDSN}} {
+		b.Run(st.driver, func(b *testing.B) { benchDrain(b, st.driver, st.dsn, drainDeployed) })
 	}
 }
 
@@ -116,90 +159,160 @@ type drainWorld struct {
 	close      func() error // the direct client
 }
 
-func benchDrain(b *testing.B, driver, dsn string) {
+func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {
 	ctx := context.Background()
-	w := newDrainWorld(b, driver, dsn)
-	var drained, directDur, boundDur, batchesDur time.Duration
+	w := newDrainWorld(b, driver, dsn, slices.Max(shape.conns))
+	var drain, bound, batches phase
+	direct := map[string]*phase{}
 	batchNo := int64(0)
-	directBy := map[string]time.Duration{}
 	rounds := 0
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		keys, vals := drainRound(i)
-		app, cleanup := w.buffer(b, keys, vals)
+		keys, vals := drainRound(i, shape.docs)
+		app, cleanup := w.buffer(b, keys, vals, shape)
 		b.StartTimer()
-		start := time.Now()
-		res, err := app.Flush(ctx)
-		took := time.Since(start)
+		var res bgt.FlushResult
+		err := drain.run(func() (err error) {
+			res, err = app.Flush(ctx)
+			return err
+		})
 		b.StopTimer()
 		cleanup()
 		if err != nil || !res.Drained || res.Applied != int64(len(keys)) {
 			b.Fatalf("flush: %+v, %v; want %d changes applied", res, err, len(keys))
 		}
-		drained += took
-		// New values: a row written with the values it holds costs MySQL
-		// no write at all.
-		_, vals = drainRound(i)
 		for name, write := range w.direct {
-			start := time.Now()
-			for lo := 0; lo < len(keys); lo += drainBatch {
-				hi := min(lo+drainBatch, len(keys))
-				if err := write(ctx, keys[lo:hi], vals[lo:hi]); err != nil {
-					b.Fatalf("direct %s: %v", name, err)
+			for _, c := range shape.conns {
+				// New values: a row written with the values it holds
+				// costs MySQL no write at all.
+				_, vals = drainRound(i, shape.docs)
+				key := directName(name, c, shape)
+				if direct[key] == nil {
+					direct[key] = &phase{}
+				}
+				if err := direct[key].run(func() error { return inBatches(ctx, c, keys, vals, write) }); err != nil {
+					b.Fatalf("direct %s: %v", key, err)
 				}
 			}
-			directBy[name] += time.Since(start)
 		}
-		_, vals = drainRound(i)
-		start = time.Now()
-		for lo := 0; lo < len(keys); lo += drainBatch {
-			hi := min(lo+drainBatch, len(keys))
-			if err := w.bound(ctx, keys[lo:hi], vals[lo:hi], int64(i+1)); err != nil {
+		if shape.bounds {
+			_, vals = drainRound(i, shape.docs)
+			seq := int64(i + 1)
+			if err := bound.run(func() error {
+				return inBatches(ctx, 1, keys, vals, func(ctx context.Context, keys, vals []string) error {
+					return w.bound(ctx, keys, vals, seq)
+				})
+			}); err != nil {
 				b.Fatalf("direct with records: %v", err)
 			}
-		}
-		boundDur += time.Since(start)
-		_, vals = drainRound(i)
-		start = time.Now()
-		for lo := 0; lo < len(keys); lo += drainBatch {
-			hi := min(lo+drainBatch, len(keys))
-			batchNo++
-			if err := w.batchBound(ctx, keys[lo:hi], vals[lo:hi], batchNo); err != nil {
+			_, vals = drainRound(i, shape.docs)
+			if err := batches.run(func() error {
+				return inBatches(ctx, 1, keys, vals, func(ctx context.Context, keys, vals []string) error {
+					batchNo++
+					return w.batchBound(ctx, keys, vals, batchNo)
+				})
+			}); err != nil {
 				b.Fatalf("direct with batch records: %v", err)
 			}
 		}
-		batchesDur += time.Since(start)
 		rounds++
 		b.StartTimer()
 	}
 	b.StopTimer()
-	changes := float64(rounds * drainDocs)
-	best := time.Duration(0)
-	for name, d := range directBy {
-		b.ReportMetric(changes/d.Seconds(), "direct-"+name+"-changes/s")
-		if best == 0 || d < best {
+	changes := float64(rounds * shape.docs)
+	var best *phase
+	for name, d := range direct {
+		b.ReportMetric(changes/d.took.Seconds(), "direct-"+name+"-changes/s")
+		if best == nil || d.took < best.took {
 			best = d
 		}
 	}
-	directDur = best
-	b.ReportMetric(changes/drained.Seconds(), "drain-changes/s")
+	drain.report(b, "drain", changes)
+	best.report(b, "direct", changes)
 	b.ReportMetric(changes/w.st.applied.Seconds(), "apply-changes/s")
-	b.ReportMetric(changes/directDur.Seconds(), "direct-changes/s")
-	b.ReportMetric(directDur.Seconds()/drained.Seconds(), "drain/direct")
-	b.ReportMetric(changes/boundDur.Seconds(), "records-changes/s")
-	b.ReportMetric(directDur.Seconds()/boundDur.Seconds(), "records/direct")
-	b.ReportMetric(boundDur.Seconds()/drained.Seconds(), "drain/records")
-	b.ReportMetric(changes/batchesDur.Seconds(), "batches-changes/s")
-	b.ReportMetric(directDur.Seconds()/batchesDur.Seconds(), "batches/direct")
+	b.ReportMetric(best.took.Seconds()/drain.took.Seconds(), "drain/direct")
+	if shape.bounds {
+		bound.report(b, "records", changes)
+		b.ReportMetric(best.took.Seconds()/bound.took.Seconds(), "records/direct")
+		b.ReportMetric(bound.took.Seconds()/drain.took.Seconds(), "drain/records")
+		batches.report(b, "batches", changes)
+		b.ReportMetric(best.took.Seconds()/batches.took.Seconds(), "batches/direct")
+	}
+}
+
+// phase adds up the time and the CPU time of the processes bench.TakeCPU
+// reads (the benchmark's own is "self": the appliers, or a direct client)
+// over the runs of one way of writing the rows.
+type phase struct {
+	took time.Duration
+	cpu  bench.CPU
+}
+
+// run runs f as one more run of the phase.
+func (p *phase) run(f func() error) error {
+	cpu0 := bench.TakeCPU()
+	start := time.Now()
+	err := f()
+	p.took += time.Since(start)
+	if p.cpu == nil {
+		p.cpu = bench.CPU{}
+	}
+	for k, v := range bench.TakeCPU().Sub(cpu0) {
+		p.cpu[k] += v
+	}
+	return err
+}
+
+// report reports the phase's rate as <name>-changes/s and each process's
+// CPU time per change (µs) as <name>-<process>-us/change, where /proc
+// can be read.
+func (p *phase) report(b *testing.B, name string, changes float64) {
+	b.ReportMetric(changes/p.took.Seconds(), name+"-changes/s")
+	for k, v := range p.cpu {
+		if v > 0 {
+			b.ReportMetric(float64(v.Microseconds())/changes, name+"-"+k+"-us/change")
+		}
+	}
+}
+
+// directName names a direct statement run at concurrency c in the metrics:
+// its own name when the shape runs it at one concurrency only.
+func directName(name string, c int, shape drainShape) string {
+	if len(shape.conns) == 1 {
+		return name
+	}
+	return fmt.Sprintf("%s-c%d", name, c)
+}
+
+// inBatches writes the rows in batches of drainBatch with write, from c
+// goroutines taking the batches in turn.
+func inBatches(ctx context.Context, c int, keys, vals []string, write func(ctx context.Context, keys, vals []string) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, c)
+	for g := range c {
+		wg.Go(func() {
+			for {
+				lo := int(next.Add(1)-1) * drainBatch
+				if lo >= len(keys) || errs[g] != nil {
+					return
+				}
+				hi := min(lo+drainBatch, len(keys))
+				errs[g] = write(ctx, keys[lo:hi], vals[lo:hi])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // drainRound returns the records and random new field0 values of round i:
-// drainDocs distinct records, spread over the table.
-func drainRound(i int) (keys, vals []string) {
+// docs distinct records, spread over the table.
+func drainRound(i, docs int) (keys, vals []string) {
 	r := newRand()
-	step := drainSpec.Records / drainDocs
-	for d := range drainDocs {
+	step := drainSpec.Records / int64(docs)
+	for d := range docs {
 		rec := int64(d*int(step)+i) % drainSpec.Records
 		keys = append(keys, ycsb.Key(rec))
 		vals = append(vals, ycsb.RandomValue(r, drainSpec.FieldSize))
@@ -207,7 +320,9 @@ func drainRound(i int) (keys, vals []string) {
 	return keys, vals
 }
 
-func newDrainWorld(b *testing.B, driver, dsn string) *drainWorld {
+// newDrainWorld loads the table and opens the store and the direct
+// statements' client, with up to conns connections.
+func newDrainWorld(b *testing.B, driver, dsn string, conns int) *drainWorld {
 	b.Helper()
 	ctx := context.Background()
 	var rnd [4]byte
@@ -249,9 +364,9 @@ func newDrainWorld(b *testing.B, driver, dsn string) *drainWorld {
 		b.Fatalf("cannot reach Redis at %s (%v); start the services with `make services`", redisAddr, err)
 	}
 	if driver == ycsb.Postgres {
-		w.directPostgres(b, dsn)
+		w.directPostgres(b, dsn, conns)
 	} else {
-		w.directMySQL(b, dsn)
+		w.directMySQL(b, dsn, conns)
 	}
 	return w
 }
@@ -285,20 +400,20 @@ func (w *drainWorld) records(b *testing.B) []store.AppliedRecord {
 // service buffers a patch of a document that is not cached: a first write
 // answers NeedBase, the second carries the base (write-around: nothing is
 // cached).
-func (w *drainWorld) buffer(b *testing.B, keys, vals []string) (*bgt.Applier, func()) {
+func (w *drainWorld) buffer(b *testing.B, keys, vals []string, shape drainShape) (*bgt.Applier, func()) {
 	b.Helper()
 	ctx := context.Background()
 	var rnd [4]byte
 	_, _ = crand.Read(rnd[:])
 	prefix := "bench-drain-" + hex.EncodeToString(rnd[:])
-	buf := buffer.New(w.rdb, prefix, 1, 10*time.Second)
+	buf := buffer.New(w.rdb, prefix, shape.partitions, 10*time.Second)
 	cleanup := func() {
 		if err := deleteKeys(context.Background(), w.rdb, prefix); err != nil {
 			b.Errorf("deleting the keys of %s: %v", prefix, err)
 		}
 	}
 	coll := w.spec.Table
-	app := bgt.New(bgt.Config{InstanceID: prefix, Workers: 1, BatchSize: drainBatch, OwnerLease: 10 * time.Second,
+	app := bgt.New(bgt.Config{InstanceID: prefix, Workers: shape.workers, BatchSize: drainBatch, OwnerLease: 10 * time.Second,
 		PollInterval: time.Second, RetryBackoff: 10 * time.Millisecond},
 		buf, map[string]*bgt.Collection{coll: {Name: coll, StoreName: "db", Store: w.st, Table: w.tbl}},
 		metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -329,16 +444,22 @@ func (w *drainWorld) buffer(b *testing.B, keys, vals []string) (*bgt.Applier, fu
 	return app, cleanup
 }
 
-// directPostgres sets up one connection and the two batched statements of
-// PostgreSQL: an UPDATE from arrays and a multi-row upsert.
-func (w *drainWorld) directPostgres(b *testing.B, dsn string) {
+// directPostgres sets up a pool of up to conns connections and the two
+// batched statements of PostgreSQL: an UPDATE from arrays and a multi-row
+// upsert.
+func (w *drainWorld) directPostgres(b *testing.B, dsn string, conns int) {
 	b.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { conn.Close(context.Background()) })
+	cfg.MaxConns = int32(conns)
+	conn, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(conn.Close)
 	t, k, f := w.spec.Table, ycsb.KeyColumn, ycsb.FieldName(0)
 	update := fmt.Sprintf("UPDATE %s AS t SET %s = v.f FROM unnest($1::text[], $2::text[]) AS v(k, f) WHERE t.%s = v.k", t, f, k)
 	w.direct = map[string]func(ctx context.Context, keys, vals []string) error{
@@ -391,10 +512,11 @@ ON CONFLICT (collection, id) DO UPDATE SET seq = EXCLUDED.seq WHERE a.seq < EXCL
 // t: a collection no sidecar serves.
 func boundCollection(t string) string { return "drain-bound:" + t }
 
-// directMySQL sets up one connection (client-side interpolation, as the
-// store's: one round trip per statement) and the two batched statements
-// of MySQL: a multi-row upsert and an UPDATE joined with the rows.
-func (w *drainWorld) directMySQL(b *testing.B, dsn string) {
+// directMySQL sets up up to conns connections (client-side interpolation,
+// as the store's: one round trip per statement) and the two batched
+// statements of MySQL: a multi-row upsert and an UPDATE joined with the
+// rows.
+func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 	b.Helper()
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -406,7 +528,8 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string) {
 		b.Fatal(err)
 	}
 	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(1)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
 	b.Cleanup(func() { db.Close() })
 	t, k, f := w.spec.Table, ycsb.KeyColumn, ycsb.FieldName(0)
 	w.direct = map[string]func(ctx context.Context, keys, vals []string) error{
