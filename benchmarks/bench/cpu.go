@@ -49,6 +49,24 @@ func TakeCPU() CPU {
 	return out
 }
 
+// CPUColumns heads a table's per-process CPU columns, in the order of
+// CPUCells.
+var CPUColumns = []string{"this process", "postgres", "mariadbd", "redis-server"}
+
+// CPUCells returns a run's CPU figures by process (CPU's names, "self"
+// first) as table cells: their sum, then one per CPUColumns.
+func CPUCells(u map[string]float64) []any {
+	var sum float64
+	for _, v := range u {
+		sum += v
+	}
+	cells := []any{sum, u["self"]}
+	for _, p := range cpuProcs {
+		cells = append(cells, u[p])
+	}
+	return cells
+}
+
 // Sub returns c - earlier, process by process.
 func (c CPU) Sub(earlier CPU) CPU {
 	out := CPU{}

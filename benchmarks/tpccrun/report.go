@@ -75,17 +75,11 @@ func printTables(w io.Writer, rs []tpcc.Outcome) {
 	// process over the measured run, per transaction (the servers' figures
 	// count whatever else used them meanwhile).
 	var c bench.Table
-	c.Header = []string{"policy", "CPU ms/tx", "this process", "postgres", "mariadbd", "redis-server"}
+	c.Header = append([]string{"policy", "CPU ms/tx"}, bench.CPUColumns...)
 	for _, r := range rs {
-		if len(r.CPUPerTx) == 0 {
-			continue
+		if len(r.CPUPerTx) > 0 {
+			c.Add(append([]any{label(r)}, bench.CPUCells(r.CPUPerTx)...)...)
 		}
-		var sum float64
-		for _, v := range r.CPUPerTx {
-			sum += v
-		}
-		u := r.CPUPerTx
-		c.Add(label(r), sum, u["self"], u["postgres"], u["mariadbd"], u["redis-server"])
 	}
 	if len(c.Rows) > 0 {
 		fmt.Fprintln(w, c.String())

@@ -260,6 +260,7 @@ func (rep *report) print(w io.Writer) {
 		for _, s := range skipped {
 			fmt.Fprintf(w, "  n/a: %s\n", s)
 		}
+		rep.printCPU(w)
 		if rs := rep.Ratios; len(rs) > 0 {
 			fmt.Fprintln(w)
 			for _, x := range rs {
@@ -315,6 +316,21 @@ func verdict(r *Run) string {
 
 // sweepBase is the throughput of the workload's first sweep run, which the
 // others are normalized to.
+// printCPU prints where a saturated machine's processor time went: each
+// process's CPU time over the measured window, per operation.
+func (rep *report) printCPU(w io.Writer) {
+	t := bench.Table{Header: append([]string{"store +ms", "threads", "keys", "workload", "policy", "cache", "CPU µs/op"}, bench.CPUColumns...)}
+	for _, r := range rep.Runs {
+		if len(r.CPUPerOp) > 0 {
+			t.Add(append([]any{r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache}, bench.CPUCells(r.CPUPerOp)...)...)
+		}
+	}
+	if len(t.Rows) > 0 {
+		fmt.Fprintln(w, "\nCPU time per operation of the measured window, by process (µs; the servers' count whatever else used them meanwhile)")
+		_ = t.Write(w)
+	}
+}
+
 func (rep *report) sweepBase(workload string) float64 {
 	for _, r := range rep.Sweep {
 		if r.Workload == workload {

@@ -65,6 +65,11 @@ type Run struct {
 	ApplierBatches    uint64         `json:"applier_batches"`
 	ApplierBatchDocs  float64        `json:"applier_docs_per_batch"`
 	ApplierBatchMeanS float64        `json:"applier_batch_mean_s"`
+	// CPUPerOp is the processor time per operation of the measured window,
+	// in µs, by process (bench.CPU's names: "self" is this process — the
+	// clients, and the sidecar and its appliers, which run in it); on two
+	// CPUs a saturated run's throughput is set by their sum.
+	CPUPerOp map[string]float64 `json:"cpu_us_per_op,omitempty"`
 }
 
 // Variant is what sets a run apart besides its policy and workload.
@@ -115,6 +120,17 @@ func (r *Run) fill(res *ycsb.Result) {
 	r.Read, r.Update, r.Scan = latency(res.Reads), latency(res.Updates), latency(res.Scans)
 	r.Errors, r.ErrorSamples = res.Errors, res.ErrorSamples
 	r.ReadChecks, r.StaleReads, r.StaleSamples = res.ReadChecks, res.StaleReads, res.StaleSamples
+}
+
+// setCPU sets CPUPerOp from the CPU time of the measured window.
+func (r *Run) setCPU(cpu bench.CPU) {
+	if r.Ops == 0 || len(cpu) == 0 {
+		return
+	}
+	r.CPUPerOp = map[string]float64{}
+	for p, d := range cpu {
+		r.CPUPerOp[p] = float64(d.Microseconds()) / float64(r.Ops)
+	}
 }
 
 func latency(l ycsb.Latencies) bench.Latency {

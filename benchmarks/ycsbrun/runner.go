@@ -406,6 +406,21 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 		}
 		sampler.Start()
 	}
+	// The processes' CPU time over the measured window (Run.CPUPerOp).
+	var cpu0, cpu bench.CPU
+	onMeasure, onMeasureEnd := wl.OnMeasure, wl.OnMeasureEnd
+	wl.OnMeasure = func() {
+		if onMeasure != nil {
+			onMeasure()
+		}
+		cpu0 = bench.TakeCPU()
+	}
+	wl.OnMeasureEnd = func() {
+		cpu = bench.TakeCPU().Sub(cpu0)
+		if onMeasureEnd != nil {
+			onMeasureEnd()
+		}
+	}
 	e.logf("[%s] loaded in %.1fs, warmed in %.1fs (0: still warm, or cold); %d cache entries; running %v warm-up + %v measured", tag, r.LoadS, r.WarmS, r.CacheEntriesAtStart, warmup, duration)
 	prog.Start()
 	res, err := wl.Run(ctx, s.clients)
@@ -438,6 +453,7 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 		return nil, err
 	}
 	r.fill(res)
+	r.setCPU(cpu)
 
 	if sc != nil {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
