@@ -20,8 +20,8 @@ type options struct {
 	policies               []string // in the order of tpcc.Policies
 	cpuprofile             string
 	warehouses, terminals  int
-	rounds                 int           // every policy runs once per round, the rounds one after another
-	require                []requirement // ratios the run must reach, or it fails
+	rounds                 int                 // every policy runs once per round, the rounds one after another
+	require                []bench.Requirement // ratios the run must reach, or it fails
 	items, customers       int
 	duration, warmup       time.Duration
 	latency                time.Duration // added each way by a latency proxy; 0: none
@@ -82,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	slices.SortFunc(o.policies, func(a, b string) int { return slices.Index(tpcc.Policies, a) - slices.Index(tpcc.Policies, b) })
-	if o.require, err = parseRequire(*require, o.policies); err != nil {
+	if o.require, err = bench.ParseRequire(*require, o.policies); err != nil {
 		return nil, err
 	}
 	return o, o.validate()

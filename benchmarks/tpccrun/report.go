@@ -30,8 +30,8 @@ type report struct {
 	Rounds      int                  `json:"rounds"`
 	RatioRounds map[string][]float64 `json:"ratio_rounds,omitempty"`
 	// Required is --require's clauses as the run judged them.
-	Required    []verdict `json:"required,omitempty"`
-	Consistency string    `json:"consistency"`
+	Required    []bench.Verdict `json:"required,omitempty"`
+	Consistency string          `json:"consistency"`
 }
 
 func printTables(w io.Writer, rs []tpcc.Outcome) {

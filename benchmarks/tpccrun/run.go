@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/writeback/writeback/benchmarks/bench"
@@ -92,7 +91,7 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			continue
 		}
 		k := pair[0] + " / " + pair[1]
-		rep.Ratios[k] = bench.Ratio(median(each), 1)
+		rep.Ratios[k] = bench.Ratio(bench.Median(each), 1)
 		if len(each) == 1 {
 			fmt.Fprintf(stdout, "%-28s tpmC %s\n", k, rep.Ratios[k])
 			continue
@@ -107,12 +106,10 @@ func compare(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	rep.Required = judge(o.require, rep.Policies)
 	var unmet []string
 	for _, v := range rep.Required {
-		state := "met"
 		if !v.Met {
-			state = "NOT met"
 			unmet = append(unmet, fmt.Sprintf("%s %s < %s", v.Ratio, bench.Ratio(v.Median, 1), bench.Ratio(v.Min, 1)))
 		}
-		fmt.Fprintf(stdout, "required %s ≥ %s: %s, %s\n", v.Ratio, bench.Ratio(v.Min, 1), bench.Ratio(v.Median, 1), state)
+		fmt.Fprintln(stdout, v)
 	}
 	rep.Consistency = "conditions 1-5, 7, 10 and the committed work hold for every policy"
 	if len(failures) > 0 {
@@ -202,16 +199,4 @@ func roundRatios(runs []tpcc.Outcome, a, b string) []float64 {
 		}
 	}
 	return out
-}
-
-// median is the middle of xs (the mean of the two middle ones for an even
-// count); xs is not changed.
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/tpcc"
 	"github.com/writeback/writeback/internal/testenv"
 )
@@ -70,10 +71,10 @@ func TestRoundRatios(t *testing.T) {
 			t.Fatalf("ratios %v, want %v", got, want)
 		}
 	}
-	if m := median(got); m != 2.1 {
+	if m := bench.Median(got); m != 2.1 {
 		t.Errorf("median of %v = %v, want 2.1", got, m)
 	}
-	if m := median([]float64{3, 1, 2, 4}); m != 2.5 {
+	if m := bench.Median([]float64{3, 1, 2, 4}); m != 2.5 {
 		t.Errorf("median of 3 1 2 4 = %v, want 2.5", m)
 	}
 	if one := roundRatios([]tpcc.Outcome{run(0, "database", 50), run(0, "write-back", 100)}, "write-back", "database"); len(one) != 1 || one[0] != 2 {

@@ -50,7 +50,9 @@ type options struct {
 	mongoURI       string
 	mongoDatabase  string
 	args           []string
-	cpuprof        string // a CPU profile of the whole run
+	cpuprof        string              // a CPU profile of the whole run
+	rounds         int                 // the comparison runs once per round, the rounds one after another
+	require        []bench.Requirement // ratios the comparison must reach, or the command fails
 
 	// beforeVerify, if set, is called after each run's flush, before the
 	// table is verified (tests use it to tamper with the table).
@@ -80,6 +82,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "small and short: 5000 records, 0.5s warm-up, 2s runs, sweep 1,4,16 (flags given explicitly win)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loaded values and of the workloads")
 	fs.BoolVar(&o.compare, "compare", true, "run the policy comparison (false: only the sweep)")
+	fs.IntVar(&o.rounds, "rounds", 1, "runs of the comparison, in turn: round 1 runs every policy once (each on a fresh table and sidecar), then round 2 … ; "+
+		"the ratios are the median of the rounds' ratios, each taken within one round, so that a machine whose speed drifts over minutes is judged by runs side by side")
+	require := fs.String("require", "", "comma-separated policy/policy>=ratio clauses (write-back-resp/database>=1.5): the command fails unless, on every workload and variant "+
+		"both policies ran, the median over the rounds of their throughput ratio reaches its minimum")
 	sweep := fs.String("sweep-workers", "", "applier sweep (paper's Figure 5): write-back runs with each of these writeback.workers values, e.g. 1,2,4,8,16 (empty: no sweep)")
 	sweepWorkloads := fs.String("sweep-workloads", "A,B,S", "workloads of the applier sweep")
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
@@ -143,6 +149,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.sweepWorkers, err = bench.ParseInts("--sweep-workers", *sweep, 256); err != nil {
 		return nil, err
 	}
+	if o.require, err = bench.ParseRequire(*require, o.policies); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.records < int64(slices.Max(o.threads)):
 		return nil, fmt.Errorf("--records %d: need at least one per thread (%d)", o.records, slices.Max(o.threads))
@@ -152,6 +161,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--batch-size %d: use 0 (the default) or more", o.batchSize)
 	case o.scanLength < 1 || o.scanLength > 1000:
 		return nil, fmt.Errorf("--scan-length %d: use 1 to 1000", o.scanLength)
+	case o.rounds < 1:
+		return nil, fmt.Errorf("--rounds %d: use 1 or more", o.rounds)
+	case len(o.require) > 0 && !o.compare:
+		return nil, errors.New("--require judges the comparison, which --compare=false turns off")
 	case !o.compare && len(o.sweepWorkers) == 0:
 		return nil, errors.New("--compare=false leaves nothing to run; give --sweep-workers too")
 	}

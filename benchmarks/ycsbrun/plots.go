@@ -13,6 +13,7 @@ import (
 func (rep *report) write(dir string) error {
 	rep.Ratios = rep.ratios()
 	rep.SideBySide = rep.sideBySide()
+	rep.Required = rep.judge()
 	store := rep.Settings.Store
 	path := func(suffix string) string { return filepath.Join(dir, "ycsb-"+store+suffix) }
 	var files []string
@@ -45,9 +46,7 @@ func (rep *report) write(dir string) error {
 						}
 						s := bench.Series{Name: p, Y: make([]float64, len(groups))}
 						for i := range groups {
-							if r := rep.find(workloads[i/len(st.Caches)], p, vs[i]); r != nil {
-								s.Y[i] = r.Throughput
-							}
+							s.Y[i] = rep.throughput(workloads[i/len(st.Caches)], p, vs[i])
 						}
 						series = append(series, s)
 					}

@@ -14,11 +14,15 @@ type report struct {
 	Environment bench.Environment `json:"environment"`
 	Settings    settings          `json:"settings"`
 	Runs        []*Run            `json:"runs"`
+	Rounds      int               `json:"rounds"`
 	Ratios      []ratio           `json:"ratios,omitempty"`
+	Required    []bench.Verdict   `json:"required,omitempty"`
 	SideBySide  []sideBySide      `json:"side_by_side,omitempty"`
 	Sweep       []*Run            `json:"sweep,omitempty"`
 	Files       []string          `json:"files"`
 	Notes       []string          `json:"notes"`
+
+	require []bench.Requirement // --require, judged by write
 }
 
 type settings struct {
@@ -45,18 +49,21 @@ type settings struct {
 
 // ratio is a throughput ratio of two policies on one workload and variant
 // (the cache state is the first policy's; the second, the database alone,
-// may have none).
+// may have none): the median of the rounds' ratios, each taken within its
+// round (Rounds, with more than one).
 type ratio struct {
 	Workload string `json:"workload"`
 	Variant
-	Of    string  `json:"of"`
-	To    string  `json:"to"`
-	Ratio float64 `json:"ratio"`
+	Of     string    `json:"of"`
+	To     string    `json:"to"`
+	Ratio  float64   `json:"ratio"`
+	Rounds []float64 `json:"rounds,omitempty"`
 }
 
 // sideBySide is write-back's throughput over HTTP, over the Redis
 // protocol and embedded beside the database alone's, on one workload and
-// variant.
+// variant: with several rounds, the medians of the rounds' throughputs and
+// of their ratios.
 type sideBySide struct {
 	Workload string `json:"workload"`
 	Variant
@@ -76,6 +83,7 @@ func newReport(o *options, store string) *report {
 		lat = append(lat, l.Milliseconds())
 	}
 	rep := &report{
+		Rounds: o.rounds, require: o.require,
 		Environment: bench.NewEnvironment("go run ./benchmarks/cmd/ycsb "+strings.Join(o.args, " "), o.quick),
 		Settings: settings{
 			Store: store, Records: o.records, Fields: o.fields, FieldSize: o.fieldSize, Threads: o.threads,
@@ -127,19 +135,71 @@ func (rep *report) sortRuns() {
 	})
 }
 
-// find returns the run of a policy on a workload and variant that ran, or
-// nil. The database alone (no sidecar) matches any cache state: it has no
-// cache and runs once.
-func (rep *report) find(workload, policy string, v Variant) *Run {
+// runs returns the runs of a policy on a workload and variant, in the
+// rounds' order. The database alone (no sidecar) matches any cache state:
+// it has no cache and runs once per round.
+func (rep *report) runs(workload, policy string, v Variant) []*Run {
 	if _, ok := bench.Sidecar(policy); !ok {
 		v.Cache = cacheNone
 	}
+	var out []*Run
 	for _, r := range rep.Runs {
 		if r.Workload == workload && r.Policy == policy && r.Variant == v && r.Skipped == "" {
-			return r
+			out = append(out, r)
 		}
 	}
-	return nil
+	return out
+}
+
+// throughput is the median throughput of a policy's runs on a workload
+// and variant; 0 when none ran.
+func (rep *report) throughput(workload, policy string, v Variant) float64 {
+	var xs []float64
+	for _, r := range rep.runs(workload, policy, v) {
+		xs = append(xs, r.Throughput)
+	}
+	return bench.Median(xs)
+}
+
+// roundRatios is, per round in which both ran on a workload and variant,
+// policy a's throughput over policy b's.
+func (rep *report) roundRatios(workload, a, b string, v Variant) []float64 {
+	bs := map[int]float64{}
+	for _, r := range rep.runs(workload, b, v) {
+		bs[r.Round] = r.Throughput
+	}
+	var out []float64
+	for _, r := range rep.runs(workload, a, v) {
+		if d := bs[r.Round]; d > 0 {
+			out = append(out, r.Throughput/d)
+		}
+	}
+	return out
+}
+
+// judge judges each requirement on every workload and variant where both
+// its policies ran (a requirement that none has is not met).
+func (rep *report) judge() []bench.Verdict {
+	var out []bench.Verdict
+	for _, req := range rep.require {
+		found := false
+		for _, v := range rep.variants() {
+			for _, w := range rep.Settings.Workloads {
+				rounds := rep.roundRatios(w, req.A, req.B, v)
+				if len(rounds) == 0 {
+					continue
+				}
+				found = true
+				vd := req.Judge(rounds)
+				vd.Case = w + " " + v.label()
+				out = append(out, vd)
+			}
+		}
+		if !found {
+			out = append(out, req.Judge(nil))
+		}
+	}
+	return out
 }
 
 // variants are every variant of the comparison with a cache, in the
@@ -173,11 +233,15 @@ func (rep *report) ratios() []ratio {
 	for _, v := range rep.variants() {
 		for _, w := range []string{"A", "B"} {
 			for _, pr := range pairs {
-				a, b := rep.find(w, pr[0], v), rep.find(w, pr[1], v)
-				if a == nil || b == nil || b.Throughput == 0 {
+				rounds := rep.roundRatios(w, pr[0], pr[1], v)
+				if len(rounds) == 0 {
 					continue
 				}
-				out = append(out, ratio{Workload: w, Variant: v, Of: pr[0], To: pr[1], Ratio: a.Throughput / b.Throughput})
+				x := ratio{Workload: w, Variant: v, Of: pr[0], To: pr[1], Ratio: bench.Median(rounds)}
+				if len(rounds) > 1 {
+					x.Rounds = rounds
+				}
+				out = append(out, x)
 			}
 		}
 	}
@@ -191,20 +255,21 @@ func (rep *report) sideBySide() []sideBySide {
 	var out []sideBySide
 	for _, v := range rep.variants() {
 		for _, w := range []string{"A", "B", "C"} {
-			db := rep.find(w, bench.Database, v)
-			wb, resp, emb := rep.find(w, bench.WriteBack, v), rep.find(w, bench.WriteBackRESP, v), rep.find(w, bench.WriteBackEmbedded, v)
-			if db == nil || db.Throughput == 0 || (wb == nil && resp == nil && emb == nil) {
+			db := rep.throughput(w, bench.Database, v)
+			x := sideBySide{Workload: w, Variant: v, Database: db}
+			for _, p := range []struct {
+				policy     string
+				ops, ratio *float64
+			}{
+				{bench.WriteBack, &x.WriteBack, &x.WriteBackRatio},
+				{bench.WriteBackRESP, &x.WriteBackRESP, &x.WriteBackRESPRatio},
+				{bench.WriteBackEmbedded, &x.WriteBackEmbedded, &x.WriteBackEmbeddedRatio},
+			} {
+				*p.ops = rep.throughput(w, p.policy, v)
+				*p.ratio = bench.Median(rep.roundRatios(w, p.policy, bench.Database, v))
+			}
+			if db == 0 || x.WriteBack == 0 && x.WriteBackRESP == 0 && x.WriteBackEmbedded == 0 {
 				continue
-			}
-			x := sideBySide{Workload: w, Variant: v, Database: db.Throughput}
-			if wb != nil {
-				x.WriteBack, x.WriteBackRatio = wb.Throughput, wb.Throughput/db.Throughput
-			}
-			if resp != nil {
-				x.WriteBackRESP, x.WriteBackRESPRatio = resp.Throughput, resp.Throughput/db.Throughput
-			}
-			if emb != nil {
-				x.WriteBackEmbedded, x.WriteBackEmbeddedRatio = emb.Throughput, emb.Throughput/db.Throughput
 			}
 			out = append(out, x)
 		}
@@ -238,7 +303,7 @@ func (rep *report) print(w io.Writer) {
 		var skipped []string
 		for _, r := range rep.Runs {
 			if r.Skipped != "" {
-				t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, "n/a", "", "", "", "", "", "", "", "", "", "", "", "skipped")
+				t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.policyLabel(), r.Cache, "n/a", "", "", "", "", "", "", "", "", "", "", "", "skipped")
 				skipped = append(skipped, fmt.Sprintf("%s on %s: %s", r.Policy, r.Workload, r.Skipped))
 				continue
 			}
@@ -253,7 +318,7 @@ func (rep *report) print(w io.Writer) {
 					near = fmt.Sprintf("%.1f%%", r.NearHitPercent)
 				}
 			}
-			t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache, fmt.Sprintf("%.0f", r.Throughput), ms(r.Read), p99(r.Read), ms(r.Update), p99(r.Update),
+			t.Add(r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.policyLabel(), r.Cache, fmt.Sprintf("%.0f", r.Throughput), ms(r.Read), p99(r.Read), ms(r.Update), p99(r.Update),
 				ms(r.Scan), p99(r.Scan), pending, pinned, applied, hits, near, verdict(r))
 		}
 		_ = t.Write(w)
@@ -264,7 +329,7 @@ func (rep *report) print(w io.Writer) {
 		if rs := rep.Ratios; len(rs) > 0 {
 			fmt.Fprintln(w)
 			for _, x := range rs {
-				fmt.Fprintf(w, "%s %-28s %-15s / %-14s throughput %s\n", x.Workload, x.label(), x.Of, x.To, bench.Ratio(x.Ratio, 1))
+				fmt.Fprintf(w, "%s %-28s %-15s / %-14s throughput %s%s\n", x.Workload, x.label(), x.Of, x.To, bench.Ratio(x.Ratio, 1), roundsNote(x.Rounds))
 			}
 		}
 		if sb := rep.SideBySide; len(sb) > 0 {
@@ -273,9 +338,15 @@ func (rep *report) print(w io.Writer) {
 			for _, x := range sb {
 				t.Add(x.StoreLatencyMs, x.Threads, x.Distribution, x.Cache, x.Workload, fmt.Sprintf("%.0f", x.Database),
 					opsOrNA(x.WriteBack), opsOrNA(x.WriteBackRESP), opsOrNA(x.WriteBackEmbedded),
-					ratioOrNA(x.WriteBack, x.Database), ratioOrNA(x.WriteBackRESP, x.Database), ratioOrNA(x.WriteBackEmbedded, x.Database))
+					ratioOrNA(x.WriteBackRatio), ratioOrNA(x.WriteBackRESPRatio), ratioOrNA(x.WriteBackEmbeddedRatio))
 			}
 			_ = t.Write(w)
+		}
+		if len(rep.Required) > 0 {
+			fmt.Fprintln(w)
+			for _, v := range rep.Required {
+				fmt.Fprintln(w, v)
+			}
 		}
 	}
 	if len(rep.Sweep) > 0 {
@@ -293,6 +364,30 @@ func (rep *report) print(w io.Writer) {
 	}
 }
 
+// unmet lists the requirements the run did not meet.
+func (rep *report) unmet() []string {
+	var out []string
+	for _, v := range rep.Required {
+		if !v.Met {
+			out = append(out, v.String())
+		}
+	}
+	return out
+}
+
+// roundsNote is ", the median of n rounds: r1, r2 …" for more than one
+// round's ratio.
+func roundsNote(rounds []float64) string {
+	if len(rounds) < 2 {
+		return ""
+	}
+	each := make([]string, len(rounds))
+	for i, r := range rounds {
+		each[i] = bench.Ratio(r, 1)
+	}
+	return fmt.Sprintf(", the median of %d rounds: %s", len(rounds), strings.Join(each, ", "))
+}
+
 func opsOrNA(v float64) string {
 	if v == 0 {
 		return "n/a"
@@ -300,11 +395,11 @@ func opsOrNA(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-func ratioOrNA(a, b float64) string {
-	if a == 0 || b == 0 {
+func ratioOrNA(r float64) string {
+	if r == 0 {
 		return "n/a"
 	}
-	return bench.Ratio(a, b)
+	return bench.Ratio(r, 1)
 }
 
 func verdict(r *Run) string {
@@ -322,7 +417,7 @@ func (rep *report) printCPU(w io.Writer) {
 	t := bench.Table{Header: append([]string{"store +ms", "threads", "keys", "workload", "policy", "cache", "CPU µs/op"}, bench.CPUColumns...)}
 	for _, r := range rep.Runs {
 		if len(r.CPUPerOp) > 0 {
-			t.Add(append([]any{r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.Policy, r.Cache}, bench.CPUCells(r.CPUPerOp)...)...)
+			t.Add(append([]any{r.StoreLatencyMs, r.Threads, r.Distribution, r.Workload, r.policyLabel(), r.Cache}, bench.CPUCells(r.CPUPerOp)...)...)
 		}
 	}
 	if len(t.Rows) > 0 {

@@ -13,6 +13,8 @@ type Run struct {
 	Store    string `json:"store"`
 	Policy   string `json:"policy"`
 	Workload string `json:"workload"`
+	// Round is the comparison's round that ran it (--rounds), 0 with one.
+	Round int `json:"round,omitempty"`
 	// Workers is the sidecar's writeback.workers (appliers); 0 for the
 	// database alone.
 	Workers int `json:"workers,omitempty"`
@@ -120,6 +122,15 @@ func (r *Run) fill(res *ycsb.Result) {
 	r.Read, r.Update, r.Scan = latency(res.Reads), latency(res.Updates), latency(res.Scans)
 	r.Errors, r.ErrorSamples = res.Errors, res.ErrorSamples
 	r.ReadChecks, r.StaleReads, r.StaleSamples = res.ReadChecks, res.StaleReads, res.StaleSamples
+}
+
+// policyLabel is the run's policy, with its round when there are several
+// ("write-back-resp #2").
+func (r *Run) policyLabel() string {
+	if r.Round > 0 {
+		return fmt.Sprintf("%s #%d", r.Policy, r.Round)
+	}
+	return r.Policy
 }
 
 // setCPU sets CPUPerOp from the CPU time of the measured window.

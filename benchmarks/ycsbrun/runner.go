@@ -134,9 +134,16 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 		}
 		for j, threads := range o.threads {
 			c.threads = threads
-			if o.compare {
+			for round := 1; o.compare && round <= o.rounds; round++ {
 				for _, p := range o.policies {
-					if err := series(p, 0, c, o.workloads, o.distributions, o.caches, o.duration, &rep.Runs); err != nil {
+					n := len(rep.Runs)
+					err := series(p, 0, c, o.workloads, o.distributions, o.caches, o.duration, &rep.Runs)
+					if o.rounds > 1 {
+						for _, r := range rep.Runs[n:] {
+							r.Round = round
+						}
+					}
+					if err != nil {
 						return fail(err)
 					}
 				}

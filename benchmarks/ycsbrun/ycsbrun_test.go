@@ -46,6 +46,20 @@ func tinyArgs(t *testing.T, out string) []string {
 	}
 }
 
+// readReport reads the PostgreSQL report a run wrote under out.
+func readReport(t *testing.T, out string) report {
+	t.Helper()
+	var rep report
+	b, err := os.ReadFile(filepath.Join(out, "ycsb-postgres.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
 // TestSmoke runs the command in miniature and checks its table, JSON and
 // plots: every run verified (no failed operation, no stale read, every
 // updated field as acknowledged after the flush), S skipped for the Redis
@@ -62,14 +76,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 
-	var rep report
-	b, err := os.ReadFile(filepath.Join(out, "ycsb-postgres.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	if len(rep.Runs) != 8 || len(rep.Sweep) != 2 {
 		t.Fatalf("%d runs and %d sweep runs; want 8 (2 workloads × 4 policies) and 2", len(rep.Runs), len(rep.Sweep))
 	}
@@ -146,14 +153,7 @@ func TestColdWarmRemote(t *testing.T) {
 	if !strings.Contains(stdout.String(), "Write-back / the database alone on postgres") {
 		t.Errorf("stdout lacks the side-by-side table:\n%s", stdout.String())
 	}
-	var rep report
-	b, err := os.ReadFile(filepath.Join(out, "ycsb-postgres.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	if len(rep.Runs) != 5 {
 		t.Fatalf("%d runs; want 5 (the database once, write-back and write-back-resp cold and warm)", len(rep.Runs))
 	}
@@ -197,6 +197,98 @@ func TestColdWarmRemote(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "ycsb-postgres-throughput-zipfian-1ms.png")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRoundsRequire runs the database alone and write-back over the Redis
+// protocol in two rounds, requiring one ratio that any run meets and one
+// that none can: every run carries its round, each ratio is the median of
+// two rounds' ratios, the verdicts say met and NOT met, and the command
+// exits 1 for the one not met.
+func TestRoundsRequire(t *testing.T) {
+	out := t.TempDir()
+	args := []string{
+		"--store", "postgres", "--pg-dsn", pgDSN(), "--redis", redisAddr(),
+		"--workloads", "A", "--policies", "database,write-back-resp", "--distribution", "uniform", "--cache", "warm",
+		"--records", "200", "--threads", "2", "--duration", "300ms", "--warmup", "100ms", "--rounds", "2",
+		"--require", "write-back-resp/database>=0.01, database/write-back-resp>=1000",
+		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d; want 1 (a requirement not met)\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"write-back-resp #2", "the median of 2 rounds", "required write-back-resp / database ≥ 0.01× on A uniform warm 2t", ", met",
+		"required database / write-back-resp ≥ 1000.00× on A uniform warm 2t", "NOT met"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "required ratios not reached") {
+		t.Errorf("stderr does not say why the command failed:\n%s", stderr.String())
+	}
+	rep := readReport(t, out)
+	rounds := map[string][]int{}
+	for _, r := range rep.Runs {
+		if !r.ok() || r.Ops == 0 {
+			t.Errorf("%s: not a verified run", r.policyLabel())
+		}
+		rounds[r.Policy] = append(rounds[r.Policy], r.Round)
+	}
+	if rep.Rounds != 2 || fmt.Sprint(rounds) != "map[database:[1 2] write-back-resp:[1 2]]" {
+		t.Fatalf("rounds %d, runs by policy and round %v; want each policy in rounds 1 and 2", rep.Rounds, rounds)
+	}
+	if len(rep.Required) != 2 || !rep.Required[0].Met || rep.Required[1].Met || len(rep.Required[0].Rounds) != 2 || len(rep.Required[1].Rounds) != 2 {
+		t.Errorf("required: %+v; want the first met and the second not, each judged on 2 rounds", rep.Required)
+	}
+	for _, x := range rep.Ratios {
+		if len(x.Rounds) != 2 || x.Ratio != bench.Median(x.Rounds) {
+			t.Errorf("ratio %+v: want the median of 2 rounds", x)
+		}
+	}
+}
+
+// TestRoundRatios checks the rounds' arithmetic on made-up runs: ratios
+// within each round, skipping a round that lacks a policy; their median;
+// the side by side's medians; a requirement on a pair that never ran.
+func TestRoundRatios(t *testing.T) {
+	v := Variant{Distribution: "zipfian", Cache: cacheWarm, Threads: 8}
+	db := v
+	db.Cache = cacheNone
+	run := func(round int, policy string, ops float64) *Run {
+		w := v
+		if policy == bench.Database {
+			w = db
+		}
+		return &Run{Round: round, Policy: policy, Workload: "A", Variant: w, Throughput: ops}
+	}
+	rep := &report{Settings: settings{Workloads: []string{"A"}, Distributions: []string{"zipfian"}, Caches: []string{cacheWarm},
+		Threads: []int{8}, StoreLatencyMs: []int64{0}}}
+	rep.Runs = []*Run{
+		run(1, bench.Database, 100), run(1, bench.WriteBackRESP, 150),
+		run(2, bench.Database, 200), run(2, bench.WriteBackRESP, 200),
+		run(3, bench.Database, 100), run(3, bench.WriteBackRESP, 170),
+		run(4, bench.WriteBackRESP, 900),
+	}
+	got := rep.roundRatios("A", bench.WriteBackRESP, bench.Database, v)
+	if fmt.Sprint(got) != "[1.5 1 1.7]" || bench.Median(got) != 1.5 {
+		t.Errorf("ratios %v (median %v); want [1.5 1 1.7], median 1.5", got, bench.Median(got))
+	}
+	sb := rep.sideBySide()
+	if len(sb) != 1 || sb[0].Database != 100 || sb[0].WriteBackRESP != 185 || sb[0].WriteBackRESPRatio != 1.5 || sb[0].WriteBack != 0 {
+		t.Errorf("side by side %+v; want the medians: 100, 185 ops/s (rounds 1-4), ratio 1.5", sb)
+	}
+	rep.require = []bench.Requirement{{A: bench.WriteBackRESP, B: bench.Database, Min: 1.5}, {A: bench.WriteBack, B: bench.Database, Min: 1}}
+	vs := rep.judge()
+	if len(vs) != 2 || !vs[0].Met || vs[0].Case != "A zipfian warm 8t" || vs[1].Met || len(vs[1].Rounds) != 0 {
+		t.Errorf("verdicts %+v; want write-back-resp met at exactly 1.5 and write-back, which never ran, not met", vs)
+	}
+	if len(rep.unmet()) != 0 {
+		t.Errorf("unmet before write: %v", rep.unmet())
+	}
+	rep.Required = vs
+	if u := rep.unmet(); len(u) != 1 || !strings.Contains(u[0], "no round ran both") {
+		t.Errorf("unmet %q", u)
 	}
 }
 
@@ -258,6 +350,8 @@ func TestFlags(t *testing.T) {
 		{"--workloads", "A,X"}, {"--store", "sqlite"}, {"--policies", "write-behind"}, {"--sweep-workers", "0"},
 		{"--threads", "0"}, {"--records", "3", "--threads", "4"}, {"--compare=false"}, {"--distribution", "latest"}, {"extra"},
 		{"--cache", "hot"}, {"--store-latency", "1500us"}, {"--store-latency", "-1ms"}, {"--store-latency", "fast"}, {"--threads", "8,x"},
+		{"--rounds", "0"}, {"--policies", "database,write-back", "--require", "write-back-resp/database>=1.5"}, {"--require", "write-back/database"},
+		{"--require", "write-back/database>=0"}, {"--compare=false", "--sweep-workers", "2", "--require", "write-back/database>=1"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 {

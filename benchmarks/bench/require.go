@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Requirement is one clause of a command's --require: the median over the
+// rounds of policy A's throughput over policy B's, each round's ratio taken
+// within the round, must be at least Min.
+type Requirement struct {
+	A, B string
+	Min  float64
+}
+
+// Verdict is a requirement as a run judged it (the reports' "required").
+// Case names what the ratio was taken on when a run has several (YCSB's
+// workload and variant).
+type Verdict struct {
+	Case   string    `json:"case,omitempty"`
+	Ratio  string    `json:"ratio"` // "a / b"
+	Min    float64   `json:"min"`
+	Median float64   `json:"median"`
+	Rounds []float64 `json:"rounds"`
+	Met    bool      `json:"met"`
+}
+
+// ParseRequire parses --require: comma-separated "a/b>=x" clauses over
+// policies that run (policies), with x a positive number.
+func ParseRequire(s string, policies []string) ([]Requirement, error) {
+	var out []Requirement
+	for _, c := range strings.Split(s, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		pair, least, ok := strings.Cut(c, ">=")
+		a, b, ok2 := strings.Cut(pair, "/")
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("--require: %q is not policy/policy>=ratio (write-back/database>=1.5)", c)
+		}
+		r := Requirement{A: strings.TrimSpace(a), B: strings.TrimSpace(b)}
+		for _, p := range []string{r.A, r.B} {
+			if !slices.Contains(policies, p) {
+				return nil, fmt.Errorf("--require: %q names %q, which is not among --policies (%s)", c, p, strings.Join(policies, ","))
+			}
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(least), 64)
+		if err != nil || !(x > 0) || r.A == r.B {
+			return nil, fmt.Errorf("--require: %q needs two different policies and a positive ratio", c)
+		}
+		r.Min = x
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Judge judges r on the rounds' ratios of its pair (none: not met).
+func (r Requirement) Judge(rounds []float64) Verdict {
+	v := Verdict{Ratio: r.A + " / " + r.B, Min: r.Min, Rounds: rounds}
+	if len(rounds) > 0 {
+		v.Median = Median(rounds)
+		v.Met = v.Median >= r.Min
+	}
+	return v
+}
+
+// String is the verdict's line in a report.
+func (v Verdict) String() string {
+	state := "met"
+	if !v.Met {
+		state = "NOT met"
+	}
+	on := ""
+	if v.Case != "" {
+		on = " on " + v.Case
+	}
+	if len(v.Rounds) == 0 {
+		return fmt.Sprintf("required %s ≥ %s%s: no round ran both, NOT met", v.Ratio, Ratio(v.Min, 1), on)
+	}
+	return fmt.Sprintf("required %s ≥ %s%s: %s, %s", v.Ratio, Ratio(v.Min, 1), on, Ratio(v.Median, 1), state)
+}
+
+// Median is the middle of xs (the mean of the two middle ones for an even
+// count; 0 for none); xs is not changed.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
