@@ -455,21 +455,21 @@ func (w *drainWorld) directPostgres(b *testing.B, dsn string, conns int) {
 		b.Fatal(err)
 	}
 	cfg.MaxConns = int32(conns)
-	conn, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(conn.Close)
+	b.Cleanup(pool.Close)
 	t, k, f := w.spec.Table, ycsb.KeyColumn, ycsb.FieldName(0)
 	update := fmt.Sprintf("UPDATE %s AS t SET %s = v.f FROM unnest($1::text[], $2::text[]) AS v(k, f) WHERE t.%s = v.k", t, f, k)
 	w.direct = map[string]func(ctx context.Context, keys, vals []string) error{
 		"update": func(ctx context.Context, keys, vals []string) error {
-			_, err := conn.Exec(ctx, update, keys, vals)
+			_, err := pool.Exec(ctx, update, keys, vals)
 			return err
 		},
 		"upsert": func(ctx context.Context, keys, vals []string) error {
 			q, args := multiRowInsert(t, k, f, keys, vals, func(n int) string { return fmt.Sprintf("$%d", n) })
-			_, err := conn.Exec(ctx, q+fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s = EXCLUDED.%s", k, f, f), args...)
+			_, err := pool.Exec(ctx, q+fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s = EXCLUDED.%s", k, f, f), args...)
 			return err
 		},
 	}
@@ -484,20 +484,20 @@ ON CONFLICT (collection, id) DO UPDATE SET seq = EXCLUDED.seq WHERE a.seq < EXCL
 		batch.Queue(q, args...)
 		batch.Queue(update, keys, vals)
 		batch.Queue("COMMIT")
-		return conn.SendBatch(ctx, batch).Close()
+		return pool.SendBatch(ctx, batch).Close()
 	}
 	coll := boundCollection(t)
 	w.bound = func(ctx context.Context, keys, vals []string, seq int64) error {
 		return withUpdate(ctx, keys, vals, records, coll, keys, seq)
 	}
 	b.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DELETE FROM "+store.AppliedTable+" WHERE collection = $1", coll)
+		_, _ = pool.Exec(context.Background(), "DELETE FROM "+store.AppliedTable+" WHERE collection = $1", coll)
 	})
 	batches := t + "_batches"
-	if _, err := conn.Exec(ctx, "CREATE TABLE "+batches+" (part int NOT NULL, batch bigint NOT NULL, ids text[] NOT NULL, seqs int8[] NOT NULL, PRIMARY KEY (part, batch))"); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+batches+" (part int NOT NULL, batch bigint NOT NULL, ids text[] NOT NULL, seqs int8[] NOT NULL, PRIMARY KEY (part, batch))"); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP TABLE "+batches) })
+	b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+batches) })
 	insert := "INSERT INTO " + batches + " (part, batch, ids, seqs) VALUES (0, $1, $2, $3)"
 	w.batchBound = func(ctx context.Context, keys, vals []string, batch int64) error {
 		seqs := make([]int64, len(keys))

@@ -409,8 +409,6 @@ func verdict(r *Run) string {
 	return "FAILED"
 }
 
-// sweepBase is the throughput of the workload's first sweep run, which the
-// others are normalized to.
 // printCPU prints where a saturated machine's processor time went: each
 // process's CPU time over the measured window, per operation.
 func (rep *report) printCPU(w io.Writer) {
@@ -426,6 +424,8 @@ func (rep *report) printCPU(w io.Writer) {
 	}
 }
 
+// sweepBase is the throughput of the workload's first sweep run, which the
+// others are normalized to.
 func (rep *report) sweepBase(workload string) float64 {
 	for _, r := range rep.Sweep {
 		if r.Workload == workload {
