@@ -78,7 +78,7 @@ func FuzzSingleRowInsert(f *testing.F) {
 			return
 		}
 		one := r.Rows(1, params)
-		if !strings.HasPrefix(sql, one) || strings.Trim(sql[len(one):], " \t\r\n;") != "" {
+		if !strings.HasPrefix(sql, one) || strings.Trim(sql[len(one):], " \t\r\n\f;") != "" {
 			t.Fatalf("Rows(1) = %q is not the statement %q", one, sql)
 		}
 		three := r.Rows(3, params)
