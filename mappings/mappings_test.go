@@ -148,7 +148,7 @@ func TestPattern(t *testing.T) {
 	if _, err := q.Render(Params{}); err == nil {
 		t.Error("Render without the parameter succeeded")
 	}
-	for _, bad := range []string{"", "a:{", "a:}", "a:{x}:{x}", "a:{1x}", "a:{x}{y}", "a:\x80{x}"} {
+	for _, bad := range []string{"", "a:{", "a:}", "a:{x}:{x}", "a:{1x}", "a:{x}{y}", "a:\x80{x}", "a:\ufffd{x}", "{x}\ufffd"} {
 		if _, err := ParsePattern(bad); err == nil {
 			t.Errorf("ParsePattern(%q) succeeded", bad)
 		}

@@ -32,6 +32,12 @@ func ParsePattern(text string) (*Pattern, error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("pattern %q is not valid UTF-8", text)
 	}
+	// Keys are bytes, and a byte that is not UTF-8 reads as U+FFFD to the
+	// regular expression: a pattern holding U+FFFD would match such a byte
+	// or not depending on whether it can be scanned.
+	if strings.ContainsRune(text, utf8.RuneError) {
+		return nil, fmt.Errorf("pattern %q contains U+FFFD, the replacement character; write the key's own characters", text)
+	}
 	p := &Pattern{text: text}
 	var re strings.Builder
 	re.WriteString("^")
