@@ -156,7 +156,6 @@ type drainWorld struct {
 	// batchBound writes the rows as direct's best statement does and, in
 	// the same transaction, one record of the batch numbered batch.
 	batchBound func(ctx context.Context, keys, vals []string, batch int64) error
-	close      func() error // the direct client
 }
 
 func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {

@@ -70,7 +70,8 @@ func TestSmoke(t *testing.T) {
 	if code := run(context.Background(), tinyArgs(t, out), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"YCSB on postgres", "Applier sweep on postgres", "write-back      / database", "write-back-embedded / database", respNoScan} {
+	for _, want := range []string{"YCSB on postgres", "Applier sweep on postgres", "write-back      / database", "write-back-embedded / database", respNoScan,
+		"CPU time per operation of the measured window"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
@@ -99,6 +100,9 @@ func TestSmoke(t *testing.T) {
 		}
 		if r.Workload == "S" && (r.Scan.Count == 0 || r.Read.Count != 0) {
 			t.Errorf("%s: %d scans, %d reads", name, r.Scan.Count, r.Read.Count)
+		}
+		if r.CPUPerOp["self"] <= 0 {
+			t.Errorf("%s: CPU per operation %v; want this process's (the clients') at least", name, r.CPUPerOp)
 		}
 		if r.Sidecar != (r.Policy != bench.Database) {
 			t.Errorf("%s: sidecar %v", name, r.Sidecar)
