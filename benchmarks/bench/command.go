@@ -149,6 +149,20 @@ func StartCPUProfile(path string) (stop func(), err error) {
 	return record(path, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
+// WriteAllocProfile writes the allocations this process made so far (the
+// "allocs" profile: sampled, with their call stacks) to path.
+func WriteAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // StartTrace writes an execution trace of this process to path until stop
 // is called.
 func StartTrace(path string) (stop func(), err error) {

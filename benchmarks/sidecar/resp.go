@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/benchmarks/ycsb"
+	"github.com/writeback/writeback/internal/config"
 )
 
 // NewRespClient returns a ycsb.Client speaking the Redis protocol to the
@@ -27,7 +28,11 @@ func (s *Sidecar) NewRespClient(fields int) (ycsb.Client, error) {
 	for i := range names {
 		names[i] = ycsb.FieldName(i)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	network := "tcp"
+	if path, ok := config.UnixSocket(addr); ok {
+		network, addr = "unix", path
+	}
+	rdb := redis.NewClient(&redis.Options{Network: network, Addr: addr, PoolSize: 1, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 	return &respClient{rdb: rdb, coll: s.coll, names: names}, nil
 }
 

@@ -50,7 +50,8 @@ type Options struct {
 	// Configure, if set, adjusts the configuration before it is validated.
 	Configure func(*config.Config)
 	// ListenResp is the address of the Redis-protocol front door, e.g.
-	// "127.0.0.1:0" for a free port; empty disables it.
+	// "127.0.0.1:0" for a free port or "unix:/tmp/x/resp.sock" for a Unix
+	// socket; empty disables it.
 	ListenResp string
 	// Embedded also opens an embedded member (pkg/writeback) on the same
 	// configuration, without appliers (the sidecar runs them): NewClient's
@@ -183,8 +184,8 @@ func (s *Sidecar) openEmbedded(ctx context.Context, cfg *config.Config, log *slo
 // Addr is the address of the sidecar's API.
 func (s *Sidecar) Addr() string { return s.srv.Addr() }
 
-// RespAddr is the address of the sidecar's Redis-protocol front door; ""
-// unless Options.ListenResp was set.
+// RespAddr is the address of the sidecar's Redis-protocol front door,
+// host:port or unix:<path>; "" unless Options.ListenResp was set.
 func (s *Sidecar) RespAddr() string { return s.srv.RespAddr() }
 
 // Metric reads one of the sidecar's metrics by its full name

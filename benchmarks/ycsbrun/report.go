@@ -43,7 +43,8 @@ type settings struct {
 	Policies       []string `json:"policies"`
 	SweepWorkers   []int    `json:"sweep_workers,omitempty"`
 	SweepWorkloads []string `json:"sweep_workloads,omitempty"`
-	BatchSize      int      `json:"batch_size"` // the sidecar's writeback.batchSize
+	BatchSize      int      `json:"batch_size"`  // the sidecar's writeback.batchSize
+	RespSocket     bool     `json:"resp_socket"` // write-back-resp's front door on a Unix socket (false: loopback TCP)
 	Seed           uint64   `json:"seed"`
 }
 
@@ -90,7 +91,7 @@ func newReport(o *options, store string) *report {
 			DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), SweepDurationS: o.sweepDuration.Seconds(),
 			Distributions: o.distributions, Caches: o.caches, StoreLatencyMs: lat, UpdateAll: o.updateAll, ScanLength: o.scanLength,
 			Workloads: o.workloads, Policies: o.policies, SweepWorkers: o.sweepWorkers, SweepWorkloads: o.sweepWorkloads, Seed: o.seed,
-			BatchSize: sidecarBatch(o.batch(store)),
+			BatchSize: sidecarBatch(o.batch(store)), RespSocket: o.respSocket,
 		},
 		Notes: []string{
 			"Every policy loads a fresh table and starts a fresh sidecar, then runs each workload with each distribution in each cache state.",

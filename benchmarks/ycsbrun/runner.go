@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -61,9 +63,9 @@ func runStore(ctx context.Context, o *options, store string, stderr io.Writer) (
 		return nil, err
 	}
 	rep := newReport(o, store)
-	e.logf("ycsb: %s, %d records × %d fields × %d B, %v threads, %v keys, %v cache, store latency %v each way, updates of %s; per run %v warm-up (cold runs: none) + %v measured; %d CPUs",
+	e.logf("ycsb: %s, %d records × %d fields × %d B, %v threads, %v keys, %v cache, store latency %v each way, updates of %s, write-back-resp over %s; per run %v warm-up (cold runs: none) + %v measured; %d CPUs",
 		store, o.records, o.fields, o.fieldSize, o.threads, o.distributions, o.caches, o.latencies, map[bool]string{true: "every field", false: "one field"}[o.updateAll],
-		o.warmup, o.duration, runtime.NumCPU())
+		map[bool]string{true: "a Unix socket", false: "loopback TCP"}[o.respSocket], o.warmup, o.duration, runtime.NumCPU())
 	fail := func(err error) (*report, error) {
 		e.logf("ycsb: kept %s for inspection", o.table)
 		rep.sortRuns()
@@ -247,6 +249,14 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 		}
 		if p == bench.WriteBackRESP {
 			so.ListenResp = "127.0.0.1:0"
+			if o.respSocket {
+				dir, err := os.MkdirTemp("", "ycsb-resp")
+				if err != nil {
+					return nil, err
+				}
+				s.closers = append(s.closers, func() { os.RemoveAll(dir) })
+				so.ListenResp = "unix:" + filepath.Join(dir, "resp.sock")
+			}
 		}
 		so.Embedded = p == bench.WriteBackEmbedded
 		batch := o.batch(e.store)

@@ -121,6 +121,13 @@ func execute(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
+	if o.memprof != "" {
+		defer func() {
+			if err := bench.WriteAllocProfile(o.memprof); err != nil {
+				fmt.Fprintln(stderr, "ycsb:", err)
+			}
+		}()
+	}
 	for _, store := range o.stores {
 		rep, err := runStore(ctx, o, store, stderr)
 		if rep != nil {

@@ -216,6 +216,7 @@ func TestRoundsRequire(t *testing.T) {
 		"--workloads", "A", "--policies", "database,write-back-resp", "--distribution", "uniform", "--cache", "warm",
 		"--records", "200", "--threads", "2", "--duration", "300ms", "--warmup", "100ms", "--rounds", "2",
 		"--require", "write-back-resp/database>=0.01, database/write-back-resp>=1000",
+		"--resp-socket", // the clients of write-back-resp reach its front door through a Unix socket
 		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
 	}
 	var stdout, stderr bytes.Buffer
@@ -232,6 +233,9 @@ func TestRoundsRequire(t *testing.T) {
 		t.Errorf("stderr does not say why the command failed:\n%s", stderr.String())
 	}
 	rep := readReport(t, out)
+	if !rep.Settings.RespSocket || !strings.Contains(stderr.String(), "write-back-resp over a Unix socket") {
+		t.Errorf("settings %+v, log:\n%s\nwant write-back-resp over a Unix socket, said so", rep.Settings, stderr.String())
+	}
 	rounds := map[string][]int{}
 	for _, r := range rep.Runs {
 		if !r.ok() || r.Ops == 0 {

@@ -17,7 +17,7 @@ import (
 // Config is the whole configuration of one sidecar.
 type Config struct {
 	Listen      string                `yaml:"listen"`      // API, /metrics, /healthz, /readyz
-	ListenResp  string                `yaml:"listenResp"`  // Redis-protocol front door; empty disables it
+	ListenResp  string                `yaml:"listenResp"`  // Redis-protocol front door: host:port or unix:<path>; empty disables it
 	DebugListen string                `yaml:"debugListen"` // loopback host:port of /debug/pprof; empty (the default) disables it
 	Auth        Auth                  `yaml:"auth"`
 	Redis       Redis                 `yaml:"redis"`

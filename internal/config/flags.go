@@ -119,7 +119,7 @@ func byteSizeBinding(name, usage string, field func(*Config) *ByteSize) binding 
 var bindings = []binding{
 	stringBinding("listen", "host:port of the HTTP API, /metrics and the probes",
 		func(c *Config) *string { return &c.Listen }),
-	stringBinding("listen-resp", "host:port of the Redis-protocol front door; empty disables it",
+	stringBinding("listen-resp", "host:port, or unix:<path> of a Unix socket, of the Redis-protocol front door; empty disables it",
 		func(c *Config) *string { return &c.ListenResp }),
 	stringBinding("debug-listen", "loopback host:port of the profiling endpoints (/debug/pprof, behind the admin token when one is set); empty disables them",
 		func(c *Config) *string { return &c.DebugListen }),

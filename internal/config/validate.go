@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -43,7 +44,11 @@ var (
 func (c *Config) Validate() error {
 	var v validator
 	v.address("listen", c.Listen, false)
-	v.address("listenResp", c.ListenResp, true)
+	if path, ok := UnixSocket(c.ListenResp); ok {
+		v.socketPath("listenResp", path)
+	} else {
+		v.address("listenResp", c.ListenResp, true)
+	}
 	v.address("debugListen", c.DebugListen, true)
 	if c.DebugListen != "" && !Loopback(c.DebugListen) {
 		v.addf("debugListen: %q is reachable from other hosts; the profiling endpoints expose the process's memory and timing, so listen on 127.0.0.1 (for example 127.0.0.1:6060) and reach it through a tunnel", c.DebugListen)
@@ -76,6 +81,9 @@ func (c *Config) validateAuth(v *validator) {
 		return
 	}
 	for _, l := range []struct{ field, addr, flag string }{{"listen", c.Listen, "--listen"}, {"listenResp", c.ListenResp, "--listen-resp"}} {
+		if _, unix := UnixSocket(l.addr); unix {
+			continue // reachable on this host only, as loopback is
+		}
 		if _, _, err := net.SplitHostPort(l.addr); err != nil {
 			continue // reported by address
 		}
@@ -354,6 +362,28 @@ func (v *validator) address(field, s string, optional bool) {
 	}
 	if err != nil {
 		v.addf("%s: %q is not a host:port address; write it like 127.0.0.1:8480 or [::1]:8480", field, s)
+	}
+}
+
+// UnixSocket returns the path of a listen address "unix:<path>", a Unix
+// socket, and whether addr is one.
+func UnixSocket(addr string) (path string, ok bool) {
+	return strings.CutPrefix(addr, "unix:")
+}
+
+// maxSocketPath is the longest path of a Unix socket: sun_path holds 108
+// bytes on Linux, the last one the terminating NUL.
+const maxSocketPath = 107
+
+// socketPath checks the path of a Unix socket to listen on.
+func (v *validator) socketPath(field, path string) {
+	switch {
+	case path == "":
+		v.addf("%s: \"unix:\" names no socket; write it like unix:/run/writeback/resp.sock", field)
+	case !filepath.IsAbs(path):
+		v.addf("%s: the socket path %q is relative; give an absolute path such as /run/writeback/resp.sock", field, path)
+	case len(path) > maxSocketPath:
+		v.addf("%s: the socket path is %d bytes, more than a Unix socket's %d; choose a shorter path", field, len(path), maxSocketPath)
 	}
 }
 

@@ -334,7 +334,7 @@ func cmdClient(c *conn, j *job, args [][]byte) {
 // describe is the connection's line of CLIENT INFO, in Redis's format.
 func (c *conn) describe() string {
 	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=0 name=%s db=0 resp=%d lib-name=%s lib-ver=%s",
-		c.id, c.addr, c.nc.LocalAddr(), c.name, c.proto, c.lib[0], c.lib[1])
+		c.id, c.addr, localAddr(c.nc.LocalAddr()), c.name, c.proto, c.lib[0], c.lib[1])
 }
 
 // cmdInfo reads the buffer's counters, so it runs like a data command.

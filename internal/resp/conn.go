@@ -199,10 +199,28 @@ type docOrder struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &conn{
-		s: s, nc: nc, id: s.ids.Add(1), addr: nc.RemoteAddr().String(),
+		s: s, nc: nc, id: s.ids.Add(1), addr: clientAddr(nc.RemoteAddr(), nc.LocalAddr()),
 		ctx: ctx, cancel: cancel, queue: make(chan *job, maxInflight),
 		proto: 2, order: map[docKey]*docOrder{},
 	}
+}
+
+// clientAddr is a client's address as CLIENT INFO and CLIENT LIST show it:
+// host:port, or for a Unix socket, as Redis writes it, the socket's path
+// and port 0 (the client's end has no name).
+func clientAddr(remote, local net.Addr) string {
+	if _, ok := remote.(*net.UnixAddr); ok {
+		return localAddr(local)
+	}
+	return remote.String()
+}
+
+// localAddr is the address a client connected to, as CLIENT INFO shows it.
+func localAddr(local net.Addr) string {
+	if u, ok := local.(*net.UnixAddr); ok {
+		return u.Name + ":0"
+	}
+	return local.String()
 }
 
 // serve runs the connection until the client or the server ends it.

@@ -236,8 +236,8 @@ func refuse(nc net.Conn) {
 	if _, err := nc.Write([]byte(errMaxClients)); err != nil {
 		return
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	if hc, ok := nc.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(nc, 64<<10))
 }

@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			Version:         Version,
 			InstanceID:      wb.InstanceID,
 		}, s.svc, s.buf, s.app, s.m, log)
-		s.respLn, err = net.Listen("tcp", cfg.ListenResp)
+		s.respLn, err = listen(cfg.ListenResp)
 		if err != nil {
 			return nil, fmt.Errorf("listenResp %s: %v; choose a free address with --listen-resp, or disable the Redis-protocol front door with --listen-resp=\"\"", cfg.ListenResp, err)
 		}
@@ -259,13 +259,13 @@ func dsnOf(sc config.Store) string {
 // Addr is the address the API listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// RespAddr is the address the Redis-protocol front door listens on; ""
-// when it is disabled.
+// RespAddr is the address the Redis-protocol front door listens on,
+// host:port or unix:<path>; "" when it is disabled.
 func (s *Server) RespAddr() string {
 	if s.respLn == nil {
 		return ""
 	}
-	return s.respLn.Addr().String()
+	return listenAddr(s.respLn)
 }
 
 // Run serves until ctx is done, then shuts down gracefully: the listener

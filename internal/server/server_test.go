@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,6 +265,84 @@ func TestServes(t *testing.T) {
 		}
 		poll(t, 5*time.Second, "the second sidecar to count both", func() bool { return r.status(t).Sidecars == 2 })
 	})
+}
+
+// The Redis-protocol front door on a Unix socket (listenResp:
+// unix:<path>): it replaces a socket file no process listens on, refuses
+// one a running sidecar listens on and a file that is not a socket, serves
+// the documents as over TCP, and removes its socket when it stops.
+func TestServesOnUnixSocket(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "resp.sock")
+	// A socket file left by a process that died: nothing listens on it.
+	stale, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the stale socket file is gone before the test: %v", err)
+	}
+
+	cfg := f.config(t)
+	cfg.ListenResp = "unix:" + path
+	r := run(t, cfg)
+	if got := r.srv.RespAddr(); got != cfg.ListenResp {
+		t.Errorf("RespAddr = %q; want %q", got, cfg.ListenResp)
+	}
+	rc := redis.NewClient(&redis.Options{Network: "unix", Addr: path, MaxRetries: -1})
+	defer rc.Close()
+	ctx := context.Background()
+	if err := rc.HSet(ctx, f.table+"/1", "s", "via-socket").Err(); err != nil {
+		t.Fatalf("HSET over the Unix socket: %v", err)
+	}
+	if got, err := rc.HGet(ctx, f.table+"/1", "s").Result(); err != nil || got != "via-socket" {
+		t.Errorf("HGET over the Unix socket: %q %v; want via-socket", got, err)
+	}
+	var doc map[string]any
+	if code := r.call(t, "GET", "/v1/docs/"+f.table+"/1", "", &doc); code != http.StatusOK || doc["s"] != "via-socket" {
+		t.Errorf("HTTP read after a write over the socket: %d %v; want s = via-socket", code, doc)
+	}
+	if info, err := rc.ClientInfo(ctx).Result(); err != nil || info.Addr != path+":0" || info.LAddr != path+":0" {
+		t.Errorf("CLIENT INFO: %+v %v; want addr and laddr %s:0, as Redis shows a Unix socket's client", info, err, path)
+	}
+
+	refused := func(name string, c *config.Config, want string) {
+		t.Helper()
+		srv, err := server.New(context.Background(), c, prometheus.NewRegistry(), quietLog())
+		if err == nil {
+			_ = srv.Run(canceled())
+			t.Fatalf("%s: New accepted the configuration", name)
+		}
+		if msg := err.Error(); !strings.Contains(msg, want) || !strings.Contains(msg, "--listen-resp") {
+			t.Errorf("%s: New: %q; want it to say %q and how to fix it", name, msg, want)
+		}
+	}
+	second := f.config(t)
+	second.Listen, second.ListenResp = closedAddr(t), cfg.ListenResp
+	second.Writeback.InstanceID += "-b"
+	refused("a running sidecar's socket", second, "another process listens on "+path)
+	if err := rc.Ping(ctx).Err(); err != nil {
+		t.Errorf("the first sidecar's socket after the second was refused: %v", err)
+	}
+
+	r.stop(t)
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the socket file after the sidecar stopped: %v; want it removed", err)
+	}
+
+	file := filepath.Join(dir, "not-a-socket")
+	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	third := f.config(t)
+	third.Listen, third.ListenResp = closedAddr(t), "unix:"+file
+	refused("a regular file", third, file+" exists and is not a socket")
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep me" {
+		t.Errorf("the file New refused to replace: %q %v; want it untouched", b, err)
+	}
 }
 
 // New refuses what it cannot serve with one sentence naming what to fix,

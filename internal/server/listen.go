@@ -1,0 +1,54 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"time"
+
+	"github.com/writeback/writeback/internal/config"
+)
+
+// listen listens on addr: a TCP host:port or, for "unix:<path>", a Unix
+// socket at path (config.UnixSocket).
+//
+// A socket file left at path by a sidecar that did not shut down (killed,
+// or its node lost power) is replaced: nothing answers on it. One that
+// another process still listens on, or a file that is not a socket, is an
+// error: replacing it would take the address from a running sidecar or
+// delete someone's file. Closing the listener removes the socket file.
+func listen(addr string) (net.Listener, error) {
+	path, unix := config.UnixSocket(addr)
+	if !unix {
+		return net.Listen("tcp", addr)
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, err
+	case fi.Mode().Type() != fs.ModeSocket:
+		return nil, fmt.Errorf("%s exists and is not a socket", path)
+	default:
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("another process listens on %s", path)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("remove the stale socket: %v", err)
+		}
+	}
+	return net.Listen("unix", path)
+}
+
+// listenAddr is the address ln listens on, as the configuration writes it:
+// host:port, or unix:<path> for a Unix socket.
+func listenAddr(ln net.Listener) string {
+	if a, ok := ln.Addr().(*net.UnixAddr); ok {
+		return "unix:" + a.Name
+	}
+	return ln.Addr().String()
+}
