@@ -37,6 +37,13 @@ func TestApplyBehindInBatch(t *testing.T) {
 		}
 		// Records just below their writes, or none: the plan holds.
 		singleRoundTrip(t, h.s, []Write{w("3", 2, 3), w("4", 5, 5)}, nil)
+		// A write of one change whose record reached it (its batch of one
+		// change each takes the check without the first changes' arrays).
+		singleRoundTrip(t, h.s, []Write{w("1", 1, 1), w("4", 5, 5)}, errBehind)
+		for id, want := range map[string]int64{"1": 0, "4": 5} {
+			_, seq := h.read(t, tbl, coll, id)
+			require.Equal(t, want, seq, "record of %s after the refused round trip of single changes", id)
+		}
 		batch[0], batch[1] = w("4", 7, 7), w("3", 4, 5)
 		want["3"], want["4"] = "5", "2"
 		// A patch that leaves its row as it was still finds it.
