@@ -326,6 +326,49 @@ func checkDashboard(t *testing.T, cm *corev1.ConfigMap) {
 	}
 }
 
+// sidecar.respSocket puts the Redis-protocol front door on a Unix socket in
+// an emptyDir that the sidecar and the app mount at the same directory, the
+// app told the path; the standalone appliers serve no socket and mount
+// nothing of it.
+func TestRespSocket(t *testing.T) {
+	const path = "/run/writeback/resp.sock"
+	ms := render(t, "", "-f", example("standalone-appliers"), "--set", "sidecar.respSocket="+path)
+	d := find[*appsv1.Deployment](t, ms, release)
+	sc, app := container(t, d, "writeback"), container(t, d, "app")
+	cfg, _ := loadConfig(t, ms, d, sc)
+	if cfg.ListenResp != "unix:"+path || cfg.Resp.SocketMode != "0666" {
+		t.Errorf("the sidecar's listenResp %q, resp.socketMode %q; want unix:%s and 0666", cfg.ListenResp, cfg.Resp.SocketMode, path)
+	}
+	mounted := func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "writeback-run" && m.MountPath == "/run/writeback" && !m.ReadOnly
+		})
+	}
+	if !mounted(sc) || !mounted(app) {
+		t.Errorf("volume mounts: sidecar %+v, app %+v; want writeback-run at /run/writeback in both", sc.VolumeMounts, app.VolumeMounts)
+	}
+	if !slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "writeback-run" && v.EmptyDir != nil }) {
+		t.Errorf("pod volumes %+v; want the emptyDir writeback-run", d.Spec.Template.Spec.Volumes)
+	}
+	if e, _ := envVar(app, "WRITEBACK_RESP_SOCKET"); e.Value != path {
+		t.Errorf("app env WRITEBACK_RESP_SOCKET = %q, want %s", e.Value, path)
+	}
+
+	appliers := find[*appsv1.Deployment](t, ms, release+"-writeback-appliers")
+	acfg, _ := loadConfig(t, ms, appliers, container(t, appliers, "writeback"))
+	if _, unix := config.UnixSocket(acfg.ListenResp); unix || len(appliers.Spec.Template.Spec.Volumes) != 1 {
+		t.Errorf("appliers: listenResp %q, volumes %+v; want no socket and only the configuration", acfg.ListenResp, appliers.Spec.Template.Spec.Volumes)
+	}
+
+	// Off by default: loopback TCP, no volume.
+	ms = render(t, "", "-f", example("standalone-appliers"))
+	d = find[*appsv1.Deployment](t, ms, release)
+	cfg, _ = loadConfig(t, ms, d, container(t, d, "writeback"))
+	if _, unix := config.UnixSocket(cfg.ListenResp); unix || mounted(container(t, d, "app")) {
+		t.Errorf("without sidecar.respSocket: listenResp %q, app mounts %+v; want TCP and no socket volume", cfg.ListenResp, container(t, d, "app").VolumeMounts)
+	}
+}
+
 func TestInjectMode(t *testing.T) {
 	// The writeback chart alone renders no workload: the config, metrics Service, dashboard.
 	ms := render(t, "", "-f", example("inject"))
@@ -573,6 +616,8 @@ stores:
 		{"bad pinned memory limit", []string{"-f", app, "--set", "writeback.pinnedMemoryLimit=lots"}, []string{"writeback.pinnedMemoryLimit: Does not match pattern"}},
 		{"instanceID shared by every pod", []string{"-f", app, "--set", "writeback.instanceID=one"}, []string{"writeback: Additional property instanceID is not allowed"}},
 		{"no token", []string{"-f", app, "--set", "auth.tokenSecret=null,auth.generate=false"}, []string{"auth: the sidecar listens on the pod network and has no API token"}},
+		{"respSocket relative", []string{"-f", app, "--set", "sidecar.respSocket=resp.sock"}, []string{"sidecar.respSocket: Does not match pattern"}},
+		{"respSocket in /", []string{"-f", app, "--set", "sidecar.respSocket=/resp.sock"}, []string{"sidecar.respSocket: Does not match pattern"}},
 		{"admin token equal to the token", []string{"-f", app, "--set", "auth.tokenSecret=null,auth.token=same-token,auth.adminToken=same-token"}, []string{"auth.adminToken: it equals the API token"}},
 	}
 	for _, tc := range cases {

@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -219,6 +221,23 @@ type Resp struct {
 	// it; a client that reads none of its replies for that long is
 	// disconnected.
 	WriteTimeout Duration `yaml:"writeTimeout"`
+	// SocketMode is the permission bits of listenResp's Unix socket, in
+	// octal ("0660"); empty keeps those the process's umask gives.
+	// Connecting takes write permission on the socket.
+	SocketMode string `yaml:"socketMode"`
+}
+
+// SocketPerm returns the permission bits of SocketMode and whether it is
+// set; Validate has checked it.
+func (r Resp) SocketPerm() (fs.FileMode, bool) {
+	if r.SocketMode == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(r.SocketMode, 8, 32)
+	if err != nil || n > 0o777 {
+		return 0, false
+	}
+	return fs.FileMode(n), true
 }
 
 // Log configures the process's slog logger.

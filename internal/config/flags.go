@@ -121,6 +121,8 @@ var bindings = []binding{
 		func(c *Config) *string { return &c.Listen }),
 	stringBinding("listen-resp", "host:port, or unix:<path> of a Unix socket, of the Redis-protocol front door; empty disables it",
 		func(c *Config) *string { return &c.ListenResp }),
+	stringBinding("resp-socket-mode", "permissions in octal of listen-resp's Unix socket (e.g. 0660); empty keeps the umask's",
+		func(c *Config) *string { return &c.Resp.SocketMode }),
 	stringBinding("debug-listen", "loopback host:port of the profiling endpoints (/debug/pprof, behind the admin token when one is set); empty disables them",
 		func(c *Config) *string { return &c.DebugListen }),
 	stringBinding("auth-token", "token every /v1 request (bearer) and Redis-protocol connection (AUTH) must present; empty disables auth",

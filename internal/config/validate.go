@@ -49,6 +49,13 @@ func (c *Config) Validate() error {
 	} else {
 		v.address("listenResp", c.ListenResp, true)
 	}
+	if m := c.Resp.SocketMode; m != "" {
+		if _, ok := c.Resp.SocketPerm(); !ok {
+			v.addf("resp.socketMode: %q is not a permission in octal; write it like \"0660\" (owner and group may connect)", m)
+		} else if _, unix := UnixSocket(c.ListenResp); !unix {
+			v.addf("resp.socketMode: listenResp %q is not a Unix socket; remove socketMode or set listenResp: unix:<path>", c.ListenResp)
+		}
+	}
 	v.address("debugListen", c.DebugListen, true)
 	if c.DebugListen != "" && !Loopback(c.DebugListen) {
 		v.addf("debugListen: %q is reachable from other hosts; the profiling endpoints expose the process's memory and timing, so listen on 127.0.0.1 (for example 127.0.0.1:6060) and reach it through a tunnel", c.DebugListen)

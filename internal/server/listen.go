@@ -12,14 +12,15 @@ import (
 )
 
 // listen listens on addr: a TCP host:port or, for "unix:<path>", a Unix
-// socket at path (config.UnixSocket).
+// socket at path (config.UnixSocket) with the permissions perm, when set
+// (resp.socketMode; otherwise the umask's).
 //
 // A socket file left at path by a sidecar that did not shut down (killed,
 // or its node lost power) is replaced: nothing answers on it. One that
 // another process still listens on, or a file that is not a socket, is an
 // error: replacing it would take the address from a running sidecar or
 // delete someone's file. Closing the listener removes the socket file.
-func listen(addr string) (net.Listener, error) {
+func listen(addr string, perm fs.FileMode, setPerm bool) (net.Listener, error) {
 	path, unix := config.UnixSocket(addr)
 	if !unix {
 		return net.Listen("tcp", addr)
@@ -41,7 +42,17 @@ func listen(addr string) (net.Listener, error) {
 			return nil, fmt.Errorf("remove the stale socket: %v", err)
 		}
 	}
-	return net.Listen("unix", path)
+	ln, err := net.Listen("unix", path)
+	if err != nil || !setPerm {
+		return ln, err
+	}
+	// Until the chmod the socket has the umask's permissions: at most
+	// fewer clients could connect, never more.
+	if err := os.Chmod(path, perm); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("set the socket's permissions: %v", err)
+	}
+	return ln, nil
 }
 
 // listenAddr is the address ln listens on, as the configuration writes it:

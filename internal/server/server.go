@@ -97,7 +97,8 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 			Version:         Version,
 			InstanceID:      wb.InstanceID,
 		}, s.svc, s.buf, s.app, s.m, log)
-		s.respLn, err = listen(cfg.ListenResp)
+		perm, setPerm := cfg.Resp.SocketPerm()
+		s.respLn, err = listen(cfg.ListenResp, perm, setPerm)
 		if err != nil {
 			return nil, fmt.Errorf("listenResp %s: %v; choose a free address with --listen-resp, or disable the Redis-protocol front door with --listen-resp=\"\"", cfg.ListenResp, err)
 		}

@@ -268,9 +268,10 @@ func TestServes(t *testing.T) {
 }
 
 // The Redis-protocol front door on a Unix socket (listenResp:
-// unix:<path>): it replaces a socket file no process listens on, refuses
-// one a running sidecar listens on and a file that is not a socket, serves
-// the documents as over TCP, and removes its socket when it stops.
+// unix:<path>, with resp.socketMode's permissions): it replaces a socket
+// file no process listens on, refuses one a running sidecar listens on and
+// a file that is not a socket, serves the documents as over TCP, and
+// removes its socket when it stops.
 func TestServesOnUnixSocket(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
@@ -287,10 +288,13 @@ func TestServesOnUnixSocket(t *testing.T) {
 	}
 
 	cfg := f.config(t)
-	cfg.ListenResp = "unix:" + path
+	cfg.ListenResp, cfg.Resp.SocketMode = "unix:"+path, "0660"
 	r := run(t, cfg)
 	if got := r.srv.RespAddr(); got != cfg.ListenResp {
 		t.Errorf("RespAddr = %q; want %q", got, cfg.ListenResp)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o660 {
+		t.Errorf("the socket file: %v %v; want a socket with permissions 0660 (resp.socketMode)", fi.Mode(), err)
 	}
 	rc := redis.NewClient(&redis.Options{Network: "unix", Addr: path, MaxRetries: -1})
 	defer rc.Close()

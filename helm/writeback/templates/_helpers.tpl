@@ -246,6 +246,12 @@ initContainers, with sidecar.native). Needs the volumes of
     - name: WRITEBACK_WORKERS
       value: {{ int . | quote }}
     {{- end }}
+    {{- with .Values.sidecar.respSocket }}
+    - name: WRITEBACK_LISTEN_RESP
+      value: {{ printf "unix:%s" . | quote }}
+    - name: WRITEBACK_RESP_SOCKET_MODE
+      value: "0666"
+    {{- end }}
     {{- with .Values.sidecar.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -263,10 +269,24 @@ initContainers, with sidecar.native). Needs the volumes of
     - name: writeback-config
       mountPath: /etc/writeback
       readOnly: true
+    {{- with .Values.sidecar.respSocket }}
+    - name: writeback-run
+      mountPath: {{ dir . | quote }}
+    {{- end }}
 {{- end }}
 
-{{/* The pod volumes the sidecar needs, as items of a volumes list. */}}
+{{/* The pod volumes the sidecar needs, as items of a volumes list: its
+configuration and, with sidecar.respSocket, the directory of its socket. */}}
 {{- define "writeback.volumes" -}}
+{{ include "writeback.configVolume" . }}
+{{- if .Values.sidecar.respSocket }}
+- name: writeback-run
+  emptyDir: {}
+{{- end }}
+{{- end }}
+
+{{/* The configuration's volume alone (the standalone appliers serve no socket). */}}
+{{- define "writeback.configVolume" -}}
 - name: writeback-config
   configMap:
     name: {{ include "writeback.configMapName" . }}
