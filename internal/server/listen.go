@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/writeback/writeback/internal/config"
@@ -34,9 +35,13 @@ func listen(addr string, perm fs.FileMode, setPerm bool) (net.Listener, error) {
 		return nil, fmt.Errorf("%s exists and is not a socket", path)
 	default:
 		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
+		switch {
+		case err == nil:
 			c.Close()
 			return nil, fmt.Errorf("another process listens on %s", path)
+		case !errors.Is(err, syscall.ECONNREFUSED):
+			// A full backlog, say: someone may still listen there.
+			return nil, fmt.Errorf("cannot tell whether another process listens on %s (%v)", path, err)
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("remove the stale socket: %v", err)
