@@ -293,8 +293,10 @@ func TestServesOnUnixSocket(t *testing.T) {
 	if got := r.srv.RespAddr(); got != cfg.ListenResp {
 		t.Errorf("RespAddr = %q; want %q", got, cfg.ListenResp)
 	}
-	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o660 {
-		t.Errorf("the socket file: %v %v; want a socket with permissions 0660 (resp.socketMode)", fi.Mode(), err)
+	if fi, err := os.Lstat(path); err != nil {
+		t.Errorf("the socket file: %v", err)
+	} else if fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o660 {
+		t.Errorf("the socket file's mode %v; want a socket with permissions 0660 (resp.socketMode)", fi.Mode())
 	}
 	rc := redis.NewClient(&redis.Options{Network: "unix", Addr: path, MaxRetries: -1})
 	defer rc.Close()
