@@ -100,7 +100,11 @@ func New(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, log 
 		perm, setPerm := cfg.Resp.SocketPerm()
 		s.respLn, err = listen(cfg.ListenResp, perm, setPerm)
 		if err != nil {
-			return nil, fmt.Errorf("listenResp %s: %v; choose a free address with --listen-resp, or disable the Redis-protocol front door with --listen-resp=\"\"", cfg.ListenResp, err)
+			fix := "choose a free address with --listen-resp"
+			if _, unix := config.UnixSocket(cfg.ListenResp); unix {
+				fix = "choose another path with --listen-resp (its directory must exist and be writable)"
+			}
+			return nil, fmt.Errorf("listenResp %s: %v; %s, or disable the Redis-protocol front door with --listen-resp=\"\"", cfg.ListenResp, err, fix)
 		}
 	}
 	if cfg.DebugListen != "" {

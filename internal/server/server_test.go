@@ -270,8 +270,8 @@ func TestServes(t *testing.T) {
 // The Redis-protocol front door on a Unix socket (listenResp:
 // unix:<path>, with resp.socketMode's permissions): it replaces a socket
 // file no process listens on, refuses one a running sidecar listens on and
-// a file that is not a socket, serves the documents as over TCP, and
-// removes its socket when it stops.
+// a file that is not a socket (or a path in no directory), serves the
+// documents as over TCP, and removes its socket when it stops.
 func TestServesOnUnixSocket(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
@@ -349,6 +349,8 @@ func TestServesOnUnixSocket(t *testing.T) {
 	if b, err := os.ReadFile(file); err != nil || string(b) != "keep me" {
 		t.Errorf("the file New refused to replace: %q %v; want it untouched", b, err)
 	}
+	third.ListenResp = "unix:" + filepath.Join(dir, "missing", "resp.sock")
+	refused("a directory that does not exist", third, "its directory must exist")
 }
 
 // New refuses what it cannot serve with one sentence naming what to fix,
