@@ -9,8 +9,10 @@ import (
 
 // Requirement is one clause of a command's --require: the median over the
 // rounds of policy A's throughput over policy B's, each round's ratio taken
-// within the round, must be at least Min.
+// within the round, must be at least Min — on workload On only, when the
+// clause names one (YCSB: "C:write-back-resp/database>=1.5").
 type Requirement struct {
+	On   string
 	A, B string
 	Min  float64
 }
@@ -28,20 +30,34 @@ type Verdict struct {
 }
 
 // ParseRequire parses --require: comma-separated "a/b>=x" clauses over
-// policies that run (policies), with x a positive number.
-func ParseRequire(s string, policies []string) ([]Requirement, error) {
+// policies that run (policies), with x a positive number. A command with
+// workloads (YCSB's; nil: none) also takes "w:a/b>=x", a clause judged on
+// workload w alone, which must be among them.
+func ParseRequire(s string, policies, workloads []string) ([]Requirement, error) {
 	var out []Requirement
 	for _, c := range strings.Split(s, ",") {
 		c = strings.TrimSpace(c)
 		if c == "" {
 			continue
 		}
-		pair, least, ok := strings.Cut(c, ">=")
+		var r Requirement
+		clause := c
+		if on, rest, ok := strings.Cut(c, ":"); ok {
+			r.On = strings.TrimSpace(on)
+			switch {
+			case workloads == nil:
+				return nil, fmt.Errorf("--require: %q names a workload, and this command has none (write-back/database>=1.5)", c)
+			case !slices.Contains(workloads, r.On):
+				return nil, fmt.Errorf("--require: %q names workload %q, which is not among --workloads (%s)", c, r.On, strings.Join(workloads, ","))
+			}
+			clause = rest
+		}
+		pair, least, ok := strings.Cut(clause, ">=")
 		a, b, ok2 := strings.Cut(pair, "/")
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("--require: %q is not policy/policy>=ratio (write-back/database>=1.5)", c)
 		}
-		r := Requirement{A: strings.TrimSpace(a), B: strings.TrimSpace(b)}
+		r.A, r.B = strings.TrimSpace(a), strings.TrimSpace(b)
 		for _, p := range []string{r.A, r.B} {
 			if !slices.Contains(policies, p) {
 				return nil, fmt.Errorf("--require: %q names %q, which is not among --policies (%s)", c, p, strings.Join(policies, ","))

@@ -178,14 +178,18 @@ func (rep *report) roundRatios(workload, a, b string, v Variant) []float64 {
 	return out
 }
 
-// judge judges each requirement on every workload and variant where both
-// its policies ran (a requirement that none has is not met).
+// judge judges each requirement on every workload (its own, when it names
+// one) and variant where both its policies ran (a requirement that none has
+// is not met).
 func (rep *report) judge() []bench.Verdict {
 	var out []bench.Verdict
 	for _, req := range rep.require {
 		found := false
 		for _, v := range rep.variants() {
 			for _, w := range rep.Settings.Workloads {
+				if req.On != "" && req.On != w {
+					continue
+				}
 				rounds := rep.roundRatios(w, req.A, req.B, v)
 				if len(rounds) == 0 {
 					continue

@@ -215,7 +215,7 @@ func TestRoundsRequire(t *testing.T) {
 		"--store", "postgres", "--pg-dsn", pgDSN(), "--redis", redisAddr(),
 		"--workloads", "A", "--policies", "database,write-back-resp", "--distribution", "uniform", "--cache", "warm",
 		"--records", "200", "--threads", "2", "--duration", "300ms", "--warmup", "100ms", "--rounds", "2",
-		"--require", "write-back-resp/database>=0.01, database/write-back-resp>=1000",
+		"--require", "A:write-back-resp/database>=0.01, database/write-back-resp>=1000",
 		"--resp-socket", // the clients of write-back-resp reach its front door through a Unix socket
 		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
 	}
@@ -298,6 +298,14 @@ func TestRoundRatios(t *testing.T) {
 	if u := rep.unmet(); len(u) != 1 || !strings.Contains(u[0], "no round ran both") {
 		t.Errorf("unmet %q", u)
 	}
+	// A clause naming a workload is judged on that workload alone: with B
+	// among the workloads but never run, "B:" finds no round, "A:" A's.
+	rep.Settings.Workloads = []string{"A", "B"}
+	rep.require = []bench.Requirement{{On: "A", A: bench.WriteBackRESP, B: bench.Database, Min: 1.6}, {On: "B", A: bench.WriteBackRESP, B: bench.Database, Min: 0.1}}
+	vs = rep.judge()
+	if len(vs) != 2 || vs[0].Met || vs[0].Case != "A zipfian warm 8t" || vs[0].Median != 1.5 || vs[1].Met || len(vs[1].Rounds) != 0 {
+		t.Errorf("verdicts %+v; want A's 1.5 below 1.6, and B, which never ran, not met", vs)
+	}
 }
 
 // TestVerificationFails tampers with an updated record between the flush
@@ -360,6 +368,7 @@ func TestFlags(t *testing.T) {
 		{"--cache", "hot"}, {"--store-latency", "1500us"}, {"--store-latency", "-1ms"}, {"--store-latency", "fast"}, {"--threads", "8,x"},
 		{"--rounds", "0"}, {"--policies", "database,write-back", "--require", "write-back-resp/database>=1.5"}, {"--require", "write-back/database"},
 		{"--require", "write-back/database>=0"}, {"--compare=false", "--sweep-workers", "2", "--require", "write-back/database>=1"},
+		{"--workloads", "A,B", "--require", "C:write-back/database>=1"}, {"--require", ":write-back/database>=1"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 {
