@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
+	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 )
@@ -101,11 +102,14 @@ func pgClients(b *testing.B, db *ycsb.DB) chan ycsb.Client {
 // boundRounds measures the variants side by side, in rounds of one window
 // each, the front door near warmed before its window (the other windows
 // outlast its lease), and reports the medians of the throughputs and of
-// the per-round ratios named "x/y" (variant x over variant y).
+// the per-round ratios named "x/y" (variant x over variant y), and logs
+// each variant's median CPU time per operation by process (bench.TakeCPU:
+// this process holds the clients, the bare servers and the front door).
 func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, ratioNames ...string) {
 	const rounds, window = 5, time.Second
 	ctx := context.Background()
 	runs, ratios := map[string][]float64{}, map[string][]float64{}
+	cpu := map[string]map[string][]float64{} // variant → process → µs per operation, per round
 	b.ResetTimer()
 	for range rounds {
 		round := map[string]float64{}
@@ -115,7 +119,15 @@ func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, ratioNam
 					b.Fatal(err)
 				}
 			}
+			cpu0, start := bench.TakeCPU(), time.Now()
 			round[v.name] = measure(b, v, window)
+			ops := round[v.name] * time.Since(start).Seconds()
+			if cpu[v.name] == nil {
+				cpu[v.name] = map[string][]float64{}
+			}
+			for p, d := range bench.TakeCPU().Sub(cpu0) {
+				cpu[v.name][p] = append(cpu[v.name][p], float64(d.Microseconds())/max(ops, 1))
+			}
 			runs[v.name] = append(runs[v.name], round[v.name])
 		}
 		for _, name := range ratioNames {
@@ -127,6 +139,13 @@ func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, ratioNam
 	reportMedians(b, runs, ratios)
 	b.Logf("throughput per round: %v", runs)
 	b.Logf("ratios per round: %v", ratios)
+	for _, v := range vs {
+		var cells []string
+		for _, p := range []string{"self", "postgres", "redis-server"} {
+			cells = append(cells, fmt.Sprintf("%s %.1f", p, bench.Median(cpu[v.name][p])))
+		}
+		b.Logf("CPU µs per operation, medians of the rounds, %s: %s", v.name, strings.Join(cells, ", "))
+	}
 }
 
 // mapServer is the bound: a Redis-protocol server that answers HGETALL
@@ -144,13 +163,15 @@ type mapServer struct {
 	// applier: a bound, not a product.
 	buffer *redis.Client
 	prefix string
+	lists  string        // the lists' names after prefix, before the record's key
+	apply  *boundApplier // with buffer: the writes are applied to the database too
 }
 
 // startMapServer copies the hashes under prefix (spec.Records of them) and
 // serves them by their names without the prefix; with buffer it takes
 // HSET too, into lists under prefix.
 func startMapServer(ctx context.Context, rdb *redis.Client, prefix string, buffer bool) (*mapServer, error) {
-	s := &mapServer{replies: make(map[string][]byte, spec.Records), prefix: prefix}
+	s := &mapServer{replies: make(map[string][]byte, spec.Records), prefix: prefix, lists: "bound:"}
 	if buffer {
 		s.buffer = rdb
 	}
@@ -222,9 +243,12 @@ func (s *mapServer) serve(c net.Conn) {
 				for i, a := range cmd.Args[2:] {
 					vals[i] = a
 				}
-				if err := s.buffer.RPush(context.Background(), s.prefix+"bound:"+string(cmd.Args[1]), vals...).Err(); err != nil {
+				if err := s.buffer.RPush(context.Background(), s.prefix+s.lists+string(cmd.Args[1]), vals...).Err(); err != nil {
 					out = redcon.AppendError(out, "ERR "+err.Error())
 					continue
+				}
+				if s.apply != nil {
+					s.apply.note(string(cmd.Args[1]), cmd.Args[2:])
 				}
 				out = redcon.AppendInt(out, 0)
 				continue
@@ -240,4 +264,7 @@ func (s *mapServer) serve(c net.Conn) {
 func (s *mapServer) close() {
 	s.ln.Close()
 	s.wg.Wait()
+	if s.apply != nil {
+		s.apply.close()
+	}
 }
