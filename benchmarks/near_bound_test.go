@@ -164,6 +164,7 @@ type mapServer struct {
 	buffer *redis.Client
 	prefix string
 	lists  string        // the lists' names after prefix, before the record's key
+	script bool          // with buffer: each write is one call of boundWriteScript instead of RPUSH
 	apply  *boundApplier // with buffer: the writes are applied to the database too
 }
 
@@ -239,16 +240,9 @@ func (s *mapServer) serve(c net.Conn) {
 				continue
 			}
 			if s.buffer != nil && len(cmd.Args) >= 4 && bytes.EqualFold(cmd.Args[0], []byte("hset")) {
-				vals := make([]any, len(cmd.Args)-2)
-				for i, a := range cmd.Args[2:] {
-					vals[i] = a
-				}
-				if err := s.buffer.RPush(context.Background(), s.prefix+s.lists+string(cmd.Args[1]), vals...).Err(); err != nil {
+				if err := s.write(string(cmd.Args[1]), cmd.Args[2:]); err != nil {
 					out = redcon.AppendError(out, "ERR "+err.Error())
 					continue
-				}
-				if s.apply != nil {
-					s.apply.note(string(cmd.Args[1]), cmd.Args[2:])
 				}
 				out = redcon.AppendInt(out, 0)
 				continue
@@ -259,6 +253,39 @@ func (s *mapServer) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// write makes an HSET of record key durable in Redis — one RPUSH of its
+// field value pairs, or with script one call of boundWriteScript — and
+// notes it for the applier, if there is one.
+func (s *mapServer) write(key string, pairs [][]byte) error {
+	ctx := context.Background()
+	list := s.prefix + s.lists + key
+	elems := int64(len(pairs))
+	if s.script {
+		args := make([]any, 0, 1+len(pairs))
+		args = append(args, bytes.Join(pairs, []byte{'='}))
+		for _, p := range pairs {
+			args = append(args, p)
+		}
+		keys := []string{list, s.prefix + s.lists + "entry:" + key, s.prefix + s.lists + "seq", s.prefix + s.lists + "pending"}
+		if err := boundWriteScript.Run(ctx, s.buffer, keys, args...).Err(); err != nil {
+			return err
+		}
+		elems = 1
+	} else {
+		vals := make([]any, len(pairs))
+		for i, p := range pairs {
+			vals[i] = p
+		}
+		if err := s.buffer.RPush(ctx, list, vals...).Err(); err != nil {
+			return err
+		}
+	}
+	if s.apply != nil {
+		s.apply.note(key, pairs, elems)
+	}
+	return nil
 }
 
 func (s *mapServer) close() {

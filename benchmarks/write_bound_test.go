@@ -28,30 +28,44 @@ import (
 //	applied    bound, and its writes applied to PostgreSQL as well
 //	           (boundApplier): strictly less than any write-back sidecar
 //	           does, front door and appliers, on the same two CPUs
+//	scripted   applied, each write made durable by a Lua script that
+//	           does Design 1's least (boundWriteScript): a sequence, the
+//	           change appended, the cache entry updated, the document
+//	           pending — what a Lua write path costs before its checks
 //	near       the front door (write-back, near cache, default lease),
 //	           its appliers applying the writes to PostgreSQL meanwhile
 //
 // Reported: the medians of the throughputs and of the per-round ratios
-// bound/postgres and applied/postgres (the bounds on A's ratio without and
-// with the database's share of the writes), near/applied (how close the
-// sidecar gets to its bound) and near/postgres (A's ratio). b.N is
-// ignored.
+// bound/postgres, applied/postgres and scripted/postgres (the bounds on
+// A's ratio without and with the database's share of the writes, and with
+// a Lua write path), near/scripted (how close the sidecar gets to its
+// bound) and near/postgres (A's ratio); logged: each variant's CPU time
+// per operation by process. b.N is ignored.
 func BenchmarkWriteBound(b *testing.B) {
 	db, near, srv := boundSetup(b, true)
 	ctx := context.Background()
-	applied, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":", true)
-	if err != nil {
-		b.Fatal(err)
+	applier := func(lists string, script bool) *mapServer {
+		s, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":", true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.lists, s.script = lists, script
+		pending := ""
+		if script {
+			pending = respWorld.prefix + ":" + lists + "pending"
+		}
+		if s.apply, err = startBoundApplier(ctx, respWorld.raw, respWorld.prefix+":"+lists, pending); err != nil {
+			s.close()
+			b.Fatal(err)
+		}
+		b.Cleanup(s.close)
+		return s
 	}
-	applied.lists = "applied:"
-	if applied.apply, err = startBoundApplier(ctx, respWorld.raw, respWorld.prefix+":applied:"); err != nil {
-		applied.close()
-		b.Fatal(err)
-	}
-	b.Cleanup(applied.close)
+	applied, scripted := applier("applied:", false), applier("scripted:", true)
 	defer func() {
-		// The bounds' lists, one per record each wrote.
-		for _, lists := range []string{"bound:", "applied:"} {
+		// The bounds' keys: a list per record each wrote, the scripted
+		// bound's entries, sequence and pending index.
+		for _, lists := range []string{"bound:", "applied:", "scripted:"} {
 			keys, _ := respWorld.raw.Keys(ctx, srv.prefix+lists+"*").Result()
 			for len(keys) > 0 {
 				n := min(len(keys), 500)
@@ -60,9 +74,10 @@ func BenchmarkWriteBound(b *testing.B) {
 			}
 		}
 	}()
-	boundc, appliedc, nearc := respClient(srv.addr()), respClient(applied.addr()), respClient(near.RespAddr())
+	boundc, appliedc, scriptedc, nearc := respClient(srv.addr()), respClient(applied.addr()), respClient(scripted.addr()), respClient(near.RespAddr())
 	defer boundc.Close()
 	defer appliedc.Close()
+	defer scriptedc.Close()
 	defer nearc.Close()
 	fifty := func(c *redis.Client, prefix string) func(ctx context.Context, r *rand.Rand, n int) error {
 		return func(ctx context.Context, r *rand.Rand, n int) error {
@@ -83,15 +98,33 @@ func BenchmarkWriteBound(b *testing.B) {
 		}
 		return c.Update(ctx, randomKey(r), r.IntN(spec.Fields), ycsb.RandomValue(r, spec.FieldSize))
 	}, true}
-	vs := []respVariant{pg, {"bound", fifty(boundc, ""), true}, {"applied", fifty(appliedc, ""), true}, {"near", fifty(nearc, spec.Table+"/"), true}}
+	vs := []respVariant{pg, {"bound", fifty(boundc, ""), true}, {"applied", fifty(appliedc, ""), true},
+		{"scripted", fifty(scriptedc, ""), true}, {"near", fifty(nearc, spec.Table+"/"), true}}
 
-	boundRounds(b, vs, near, "bound/postgres", "applied/postgres", "near/applied", "near/postgres")
-	batches, rows, writes, err := applied.apply.stats()
-	if err != nil {
-		b.Fatal(err)
+	boundRounds(b, vs, near, "bound/postgres", "applied/postgres", "scripted/postgres", "near/scripted", "near/postgres")
+	for _, s := range []*mapServer{applied, scripted} {
+		batches, rows, writes, err := s.apply.stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("the %s bound's batches: %d, %.1f records and %.1f writes each", strings.TrimSuffix(s.lists, ":"), batches,
+			float64(rows)/float64(max(batches, 1)), float64(writes)/float64(max(batches, 1)))
 	}
-	b.Logf("the applied bound's batches: %d, %.1f records and %.1f writes each", batches, float64(rows)/float64(max(batches, 1)), float64(writes)/float64(max(batches, 1)))
 }
+
+// boundWriteScript is the least a Lua write path of Design 1 does per
+// write: the partition's next sequence number, the change appended to the
+// document's buffered write with it, the cache entry updated, the document
+// added to the pending index. KEYS: buffered write (list), cache entry
+// (hash), sequence, pending index; ARGV: the change, then the field value
+// pairs the entry takes.
+var boundWriteScript = redis.NewScript(`
+local seq = redis.call('INCR', KEYS[3])
+redis.call('RPUSH', KEYS[1], seq .. '|' .. ARGV[1])
+redis.call('HSET', KEYS[2], unpack(ARGV, 2))
+redis.call('ZADD', KEYS[4], 'NX', seq, KEYS[1])
+return seq
+`)
 
 // boundApplier is the least any write-back applier does for the writes
 // the bound buffered: every boundEvery it takes the writes noted since
@@ -102,15 +135,16 @@ func BenchmarkWriteBound(b *testing.B) {
 // records and no pending index, and a crash loses its batch: a bound, not
 // a product.
 type boundApplier struct {
-	conn   *pgx.Conn
-	rdb    *redis.Client
-	lists  string // the lists' names before the record's key
-	update string
+	conn    *pgx.Conn
+	rdb     *redis.Client
+	lists   string // the lists' names before the record's key
+	pending string // the pending index the trim removes records from ("": none)
+	update  string
 
-	mu                    sync.Mutex
-	pending               map[string]*boundRow
-	err                   error // the first batch that failed
-	batches, rows, writes int   // applied, for the log
+	mu      sync.Mutex
+	rows    map[string]*boundRow // the writes noted since the last batch, by record
+	err     error                // the first batch that failed
+	applied struct{ batches, rows, writes int }
 
 	stop, done chan struct{}
 }
@@ -127,7 +161,7 @@ type boundRow struct {
 // at A's rates, more than our appliers usually find in one poll.
 const boundEvery = 20 * time.Millisecond
 
-func startBoundApplier(ctx context.Context, rdb *redis.Client, lists string) (*boundApplier, error) {
+func startBoundApplier(ctx context.Context, rdb *redis.Client, lists, pending string) (*boundApplier, error) {
 	conn, err := pgx.Connect(ctx, pgDSN)
 	if err != nil {
 		return nil, err
@@ -142,7 +176,7 @@ func startBoundApplier(ctx context.Context, rdb *redis.Client, lists string) (*b
 		args = append(args, fmt.Sprintf("$%d::text[]", i+2))
 	}
 	a := &boundApplier{
-		conn: conn, rdb: rdb, lists: lists, pending: map[string]*boundRow{},
+		conn: conn, rdb: rdb, lists: lists, pending: pending, rows: map[string]*boundRow{},
 		update: fmt.Sprintf("UPDATE %s AS t SET %s FROM unnest($1::text[], %s) AS v(k, %s) WHERE t.%s = v.k",
 			spec.Table, strings.Join(set, ", "), strings.Join(args, ", "), strings.Join(cols, ", "), ycsb.KeyColumn),
 		stop: make(chan struct{}), done: make(chan struct{}),
@@ -152,14 +186,14 @@ func startBoundApplier(ctx context.Context, rdb *redis.Client, lists string) (*b
 }
 
 // note records a write of record key buffered by the bound: HSET's field
-// value pairs.
-func (a *boundApplier) note(key string, pairs [][]byte) {
+// value pairs, which took elems elements of the record's list.
+func (a *boundApplier) note(key string, pairs [][]byte, elems int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	row := a.pending[key]
+	row := a.rows[key]
 	if row == nil {
 		row = &boundRow{fields: make([]*string, spec.Fields)}
-		a.pending[key] = row
+		a.rows[key] = row
 	}
 	for i := 0; i+1 < len(pairs); i += 2 {
 		n, err := strconv.Atoi(strings.TrimPrefix(string(pairs[i]), "field"))
@@ -169,7 +203,7 @@ func (a *boundApplier) note(key string, pairs [][]byte) {
 		v := string(pairs[i+1])
 		row.fields[n] = &v
 	}
-	row.elems += int64(len(pairs))
+	row.elems += elems
 	row.writes++
 }
 
@@ -195,9 +229,9 @@ func (a *boundApplier) run() {
 // batch applies and trims the writes noted since the last one.
 func (a *boundApplier) batch() error {
 	a.mu.Lock()
-	rows := a.pending
+	rows := a.rows
 	if len(rows) > 0 {
-		a.pending = map[string]*boundRow{}
+		a.rows = map[string]*boundRow{}
 	}
 	a.mu.Unlock()
 	if len(rows) == 0 {
@@ -228,12 +262,15 @@ func (a *boundApplier) batch() error {
 	pipe := a.rdb.Pipeline()
 	for k, r := range rows {
 		pipe.LTrim(ctx, a.lists+k, r.elems, -1)
+		if a.pending != "" {
+			pipe.ZRem(ctx, a.pending, a.lists+k)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("the applied bound's trim: %w", err)
 	}
 	a.mu.Lock()
-	a.batches, a.rows, a.writes = a.batches+1, a.rows+len(keys), a.writes+writes
+	a.applied.batches, a.applied.rows, a.applied.writes = a.applied.batches+1, a.applied.rows+len(keys), a.applied.writes+writes
 	a.mu.Unlock()
 	return nil
 }
@@ -243,7 +280,7 @@ func (a *boundApplier) batch() error {
 func (a *boundApplier) stats() (batches, rows, writes int, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.batches, a.rows, a.writes, a.err
+	return a.applied.batches, a.applied.rows, a.applied.writes, a.err
 }
 
 func (a *boundApplier) close() {
