@@ -285,30 +285,11 @@ func TestWriteGrantFromCopy(t *testing.T) {
 // INFO commandstats. Use a Redis nothing else uses
 // (WRITEBACK_TEST_REDIS).
 func BenchmarkWriteGrant(bm *testing.B) {
-	cols := []change.Column{{Name: "id", Type: change.TypeText}}
-	for i := range 10 {
-		cols = append(cols, change.Column{Name: fmt.Sprintf("field%d", i), Type: change.TypeText, Nullable: true})
-	}
-	s, err := change.NewSchema("id", cols)
-	if err != nil {
-		bm.Fatal(err)
-	}
-	val := func(i int) string { return fmt.Sprintf(`"%098d"`, i) }
 	for _, fromCopy := range []bool{false, true} {
 		bm.Run(fmt.Sprintf("copy=%v", fromCopy), func(bm *testing.B) {
 			b, ctx := newTestBuffer(bm), context.Background()
 			b.Instance = "holder"
-			doc := `{"id":"d"`
-			for i := range 10 {
-				doc += fmt.Sprintf(`,"field%d":%s`, i, val(i))
-			}
-			put, err := change.ParsePut(s, "d", []byte(doc+"}"))
-			if err != nil {
-				bm.Fatal(err)
-			}
-			if _, _, err := b.Write(ctx, "c", "d", put, s, WriteOptions{TTL: time.Hour}); err != nil {
-				bm.Fatal(err)
-			}
+			s := putYCSBDoc(bm, b)
 			res, err := b.LeaseRead(ctx, []NearRead{{Coll: "c", ID: "d", Gen: 1, TTL: time.Hour}})
 			if err != nil || !res[0].Hit {
 				bm.Fatalf("lease: %+v %v", res, err)
@@ -317,7 +298,7 @@ func BenchmarkWriteGrant(bm *testing.B) {
 			before := evalshaUsec(bm, b)
 			bm.ResetTimer()
 			for i := range bm.N {
-				patch, err := change.ParsePatch(s, []byte(`{"$set":{"field3":`+val(i)+`}}`))
+				patch, err := change.ParsePatch(s, []byte(`{"$set":{"field3":`+ycsbValue(i)+`}}`))
 				if err != nil {
 					bm.Fatal(err)
 				}
@@ -335,4 +316,35 @@ func BenchmarkWriteGrant(bm *testing.B) {
 			bm.ReportMetric(float64(evalshaUsec(bm, b)-before)/float64(bm.N), "redis-µs/write")
 		})
 	}
+}
+
+// ycsbValue is the JSON text of a YCSB-sized (100-byte) string field
+// value numbered i.
+func ycsbValue(i int) string { return fmt.Sprintf(`"%098d"`, i) }
+
+// putYCSBDoc buffers document "d" of collection "c" as a YCSB record — an
+// id and fields field0…field9 of ycsbValue(0…9) — cached for an hour, and
+// returns its schema.
+func putYCSBDoc(tb testing.TB, b *Buffer) *change.Schema {
+	tb.Helper()
+	cols := []change.Column{{Name: "id", Type: change.TypeText}}
+	for i := range 10 {
+		cols = append(cols, change.Column{Name: fmt.Sprintf("field%d", i), Type: change.TypeText, Nullable: true})
+	}
+	s, err := change.NewSchema("id", cols)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	doc := `{"id":"d"`
+	for i := range 10 {
+		doc += fmt.Sprintf(`,"field%d":%s`, i, ycsbValue(i))
+	}
+	put, err := change.ParsePut(s, "d", []byte(doc+"}"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, _, err := b.Write(context.Background(), "c", "d", put, s, WriteOptions{TTL: time.Hour}); err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -55,28 +54,9 @@ var emptyScript = redis.NewScript(`return {{1}}`)
 // rounds on an otherwise idle Redis. The difference between the first two
 // is what writeScript's generality costs per write.
 func BenchmarkWriteScriptFloor(bm *testing.B) {
-	cols := []change.Column{{Name: "id", Type: change.TypeText}}
-	for i := range 10 {
-		cols = append(cols, change.Column{Name: fmt.Sprintf("field%d", i), Type: change.TypeText, Nullable: true})
-	}
-	s, err := change.NewSchema("id", cols)
-	if err != nil {
-		bm.Fatal(err)
-	}
-	val := func(i int) string { return fmt.Sprintf(`"%098d"`, i) }
 	b, ctx := newTestBuffer(bm), context.Background()
-	doc := `{"id":"d"`
-	for i := range 10 {
-		doc += fmt.Sprintf(`,"field%d":%s`, i, val(i))
-	}
-	put, err := change.ParsePut(s, "d", []byte(doc+"}"))
-	if err != nil {
-		bm.Fatal(err)
-	}
-	if _, _, err := b.Write(ctx, "c", "d", put, s, WriteOptions{TTL: time.Hour}); err != nil {
-		bm.Fatal(err)
-	}
-	patch, err := change.ParsePatch(s, []byte(`{"$set":{"field3":`+val(7)+`}}`))
+	s := putYCSBDoc(bm, b)
+	patch, err := change.ParsePatch(s, []byte(`{"$set":{"field3":`+ycsbValue(7)+`}}`))
 	if err != nil {
 		bm.Fatal(err)
 	}
@@ -97,7 +77,7 @@ func BenchmarkWriteScriptFloor(bm *testing.B) {
 		if len(r) != 4 || r[1] != int64(0) || r[2] != int64(0) || r[3] != nil {
 			bm.Fatalf("reply %v; want {seq, 0, 0, nil}", r)
 		}
-		if got := b.rdb.HGet(ctx, ck, "field3").Val(); got != val(7) {
+		if got := b.rdb.HGet(ctx, ck, "field3").Val(); got != ycsbValue(7) {
 			bm.Fatalf("field3 %q after the write", got)
 		}
 	}
