@@ -52,6 +52,7 @@ type options struct {
 	args           []string
 	cpuprof        string              // a CPU profile of the whole run
 	memprof        string              // an allocation profile of the whole run
+	trace          string              // execution traces of the runs' measured windows
 	respSocket     bool                // write-back-resp's front door on a Unix socket
 	rounds         int                 // the comparison runs once per round, the rounds one after another
 	require        []bench.Requirement // ratios the comparison must reach, or the command fails
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (benchmark, sidecar, embedded member and clients: one process) to this file")
 	fs.BoolVar(&o.respSocket, "resp-socket", false, "write-back-resp's clients reach the sidecar's Redis-protocol front door through a Unix socket (listenResp: unix:<path>), as an application on the sidecar's node can, instead of loopback TCP")
 	fs.StringVar(&o.memprof, "memprofile", "", "write an allocation profile of the whole run (as --cpuprofile: one process) to this file when it ends")
+	fs.StringVar(&o.trace, "trace", "", "write an execution trace of each run's measured window (one process, as --cpuprofile) to this file, the run named before its extension (trace.out: trace-ycsb-A-write-back-resp-….out; large: use a short --duration)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time per run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up of each run, after its cache warming and before the measured time")
 	dists := fs.String("distribution", "uniform,zipfian", "record popularity, comma-separated: uniform (the paper's) and/or zipfian (YCSB's default: scrambled zipfian, constant 0.99)")

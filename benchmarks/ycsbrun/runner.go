@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/writeback/writeback/benchmarks/bench"
@@ -27,6 +28,7 @@ type env struct {
 	stderr io.Writer
 	logf   func(format string, args ...any) // a line to stderr
 	log    *slog.Logger                     // the sidecars'
+	traced map[string]int                   // --trace: the runs traced so far, by tag
 }
 
 // keyField is the key of the sidecar's collection.
@@ -423,17 +425,36 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 		}
 		sampler.Start()
 	}
-	// The processes' CPU time over the measured window (Run.CPUPerOp).
+	// The processes' CPU time over the measured window (Run.CPUPerOp),
+	// and its execution trace (--trace).
 	var cpu0, cpu bench.CPU
+	stopTrace := func() {}
 	onMeasure, onMeasureEnd := wl.OnMeasure, wl.OnMeasureEnd
 	wl.OnMeasure = func() {
 		if onMeasure != nil {
 			onMeasure()
 		}
+		if o.trace != "" {
+			if e.traced == nil {
+				e.traced = map[string]int{}
+			}
+			e.traced[tag]++
+			path := tracePath(o.trace, tag, e.traced[tag])
+			stop, err := bench.StartTrace(path)
+			if err != nil {
+				e.logf("[%s] trace: %v", tag, err)
+			} else {
+				stopTrace = func() {
+					stop()
+					e.logf("[%s] wrote the measured window's execution trace to %s", tag, path)
+				}
+			}
+		}
 		cpu0 = bench.TakeCPU()
 	}
 	wl.OnMeasureEnd = func() {
 		cpu = bench.TakeCPU().Sub(cpu0)
+		stopTrace()
 		if onMeasureEnd != nil {
 			onMeasureEnd()
 		}
@@ -553,4 +574,18 @@ func kib(b float64) string {
 		return fmt.Sprintf("%.1fMiB", b/(1<<20))
 	}
 	return fmt.Sprintf("%.1fKiB", b/1024)
+}
+
+// tracePath is --trace's path with the run's tag before its extension,
+// the tag's spaces and punctuation turned into dashes, and "-r<n>" after
+// it for the nth run with that tag (the rounds after the first).
+func tracePath(path, tag string, n int) string {
+	name := strings.Join(strings.FieldsFunc(tag, func(r rune) bool {
+		return !(r == '-' || r == '+' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}), "-")
+	if n > 1 {
+		name += fmt.Sprintf("-r%d", n)
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + name + ext
 }

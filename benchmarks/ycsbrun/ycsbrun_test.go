@@ -216,7 +216,8 @@ func TestRoundsRequire(t *testing.T) {
 		"--workloads", "A", "--policies", "database,write-back-resp", "--distribution", "uniform", "--cache", "warm",
 		"--records", "200", "--threads", "2", "--duration", "300ms", "--warmup", "100ms", "--rounds", "2",
 		"--require", "A:write-back-resp/database>=0.01, database/write-back-resp>=1000",
-		"--resp-socket", // the clients of write-back-resp reach its front door through a Unix socket
+		"--resp-socket",                            // the clients of write-back-resp reach its front door through a Unix socket
+		"--trace", filepath.Join(out, "trace.out"), // each run's measured window
 		"--table", fmt.Sprintf("ycsb_cmd_test_%d", time.Now().UnixNano()%1e9), "--out", out,
 	}
 	var stdout, stderr bytes.Buffer
@@ -231,6 +232,12 @@ func TestRoundsRequire(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "required ratios not reached") {
 		t.Errorf("stderr does not say why the command failed:\n%s", stderr.String())
+	}
+	for _, name := range []string{"trace-ycsb-A-database-postgres-uniform-none-2t.out", "trace-ycsb-A-write-back-resp-postgres-uniform-warm-2t.out",
+		"trace-ycsb-A-write-back-resp-postgres-uniform-warm-2t-r2.out"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("--trace: %s: %v", name, err)
+		}
 	}
 	rep := readReport(t, out)
 	if !rep.Settings.RespSocket || !strings.Contains(stderr.String(), "write-back-resp over a Unix socket") {
