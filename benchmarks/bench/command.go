@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
@@ -161,6 +162,13 @@ func WriteAllocProfile(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// NamedPath is path with "-" and name before its extension: the file of one
+// run of several that a --cpuprofile or --trace path names.
+func NamedPath(path, name string) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + name + ext
 }
 
 // StartTrace writes an execution trace of this process to path until stop

@@ -1,9 +1,6 @@
 package demorun
 
 import (
-	"path/filepath"
-	"strings"
-
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
 )
@@ -75,6 +72,5 @@ func profilePath(path, policy string, several bool) string {
 	if !several {
 		return path
 	}
-	ext := filepath.Ext(path)
-	return strings.TrimSuffix(path, ext) + "-" + policy + ext
+	return bench.NamedPath(path, policy)
 }

@@ -156,11 +156,10 @@ func profilePath(path, policy string, round int) string {
 	if path == "" {
 		return ""
 	}
-	ext := filepath.Ext(path)
 	if round > 1 {
 		policy = fmt.Sprintf("%s-%d", policy, round)
 	}
-	return strings.TrimSuffix(path, ext) + "-" + policy + ext
+	return bench.NamedPath(path, policy)
 }
 
 // label names a run in the tables and the log: its policy, and its round

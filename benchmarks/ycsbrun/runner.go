@@ -576,16 +576,15 @@ func kib(b float64) string {
 	return fmt.Sprintf("%.1fKiB", b/1024)
 }
 
-// tracePath is --trace's path with the run's tag before its extension,
-// the tag's spaces and punctuation turned into dashes, and "-r<n>" after
-// it for the nth run with that tag (the rounds after the first).
+// tracePath is --trace's path named after the run (bench.NamedPath): its
+// tag, spaces and punctuation turned into dashes, and "-<n>" for the nth
+// run with that tag (the rounds after the first, as TPC-C names them).
 func tracePath(path, tag string, n int) string {
 	name := strings.Join(strings.FieldsFunc(tag, func(r rune) bool {
 		return !(r == '-' || r == '+' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	}), "-")
 	if n > 1 {
-		name += fmt.Sprintf("-r%d", n)
+		name += fmt.Sprintf("-%d", n)
 	}
-	ext := filepath.Ext(path)
-	return strings.TrimSuffix(path, ext) + "-" + name + ext
+	return bench.NamedPath(path, name)
 }

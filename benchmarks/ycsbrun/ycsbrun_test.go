@@ -234,7 +234,7 @@ func TestRoundsRequire(t *testing.T) {
 		t.Errorf("stderr does not say why the command failed:\n%s", stderr.String())
 	}
 	for _, name := range []string{"trace-ycsb-A-database-postgres-uniform-none-2t.out", "trace-ycsb-A-write-back-resp-postgres-uniform-warm-2t.out",
-		"trace-ycsb-A-write-back-resp-postgres-uniform-warm-2t-r2.out"} {
+		"trace-ycsb-A-write-back-resp-postgres-uniform-warm-2t-2.out"} {
 		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("--trace: %s: %v", name, err)
 		}
