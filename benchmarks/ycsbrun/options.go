@@ -39,6 +39,7 @@ type options struct {
 	sweepWorkloads []string
 	sweepDuration  time.Duration
 	batchSize      int           // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
+	holdAppliers   bool          // the sidecars' appliers apply nothing until each run's flush
 	nearCache      bool          // the sidecars run with writeback.nearCache on
 	share          bool          // the sidecars run with redis.shareRoundTrips on
 	nearLease      time.Duration // their collection's nearCache.leaseTTL; 0: the default
@@ -96,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	sweepWorkloads := fs.String("sweep-workloads", "A,B,S", "workloads of the applier sweep")
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
+	fs.BoolVar(&o.holdAppliers, "hold-appliers", false, "the sidecars' appliers apply nothing while a run lasts (writeback.pollInterval "+heldPoll.String()+"): write-back as if applying cost nothing, the bound of any applier; each run's flush applies its writes afterwards and the verification checks them")
 	fs.BoolVar(&o.nearCache, "near-cache", true, "the sidecars (write-* policies) run with their near cache on (writeback.nearCache, on by default; the collection's nearCache defaults); --near-cache=false turns it off")
 	fs.BoolVar(&o.share, "share-round-trips", true, "the sidecars' redis.shareRoundTrips: concurrent requests share Redis round trips (false: each goes alone, to compare)")
 	fs.DurationVar(&o.nearLease, "near-lease", 0, "with --near-cache: the collection's nearCache.leaseTTL (0: the default, 2s)")
@@ -171,6 +173,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--rounds %d: use 1 or more", o.rounds)
 	case len(o.require) > 0 && !o.compare:
 		return nil, errors.New("--require judges the comparison, which --compare=false turns off")
+	case o.holdAppliers && len(o.sweepWorkers) > 0:
+		return nil, errors.New("--hold-appliers leaves the applier sweep nothing to compare; give --sweep-workers '' (--quick sweeps 1,4,16)")
 	case !o.compare && len(o.sweepWorkers) == 0:
 		return nil, errors.New("--compare=false leaves nothing to run; give --sweep-workers too")
 	}
@@ -189,6 +193,10 @@ const (
 )
 
 var cacheStates = []string{cacheCold, cacheWarm}
+
+// heldPoll is the sidecars' writeback.pollInterval with --hold-appliers:
+// longer than any run, so that their appliers never poll during one.
+const heldPoll = time.Hour
 
 // parseLatencies parses --store-latency: durations ("1ms") or 0, each a
 // whole number of milliseconds, in the order given.

@@ -43,8 +43,9 @@ type settings struct {
 	Policies       []string `json:"policies"`
 	SweepWorkers   []int    `json:"sweep_workers,omitempty"`
 	SweepWorkloads []string `json:"sweep_workloads,omitempty"`
-	BatchSize      int      `json:"batch_size"`  // the sidecar's writeback.batchSize
-	RespSocket     bool     `json:"resp_socket"` // write-back-resp's front door on a Unix socket (false: loopback TCP)
+	BatchSize      int      `json:"batch_size"`              // the sidecar's writeback.batchSize
+	HoldAppliers   bool     `json:"hold_appliers,omitempty"` // the appliers applied nothing until each run's flush
+	RespSocket     bool     `json:"resp_socket"`             // write-back-resp's front door on a Unix socket (false: loopback TCP)
 	Seed           uint64   `json:"seed"`
 }
 
@@ -91,7 +92,7 @@ func newReport(o *options, store string) *report {
 			DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), SweepDurationS: o.sweepDuration.Seconds(),
 			Distributions: o.distributions, Caches: o.caches, StoreLatencyMs: lat, UpdateAll: o.updateAll, ScanLength: o.scanLength,
 			Workloads: o.workloads, Policies: o.policies, SweepWorkers: o.sweepWorkers, SweepWorkloads: o.sweepWorkloads, Seed: o.seed,
-			BatchSize: sidecarBatch(o.batch(store)), RespSocket: o.respSocket,
+			BatchSize: sidecarBatch(o.batch(store)), HoldAppliers: o.holdAppliers, RespSocket: o.respSocket,
 		},
 		Notes: []string{
 			"Every policy loads a fresh table and starts a fresh sidecar, then runs each workload with each distribution in each cache state.",
@@ -301,9 +302,13 @@ func p99(l bench.Latency) string {
 func (rep *report) print(w io.Writer) {
 	store := rep.Settings.Store
 	if len(rep.Runs) > 0 {
-		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %s; %gs measured per run (latencies in ms; cache cold: no warm-up)\n",
+		held := ""
+		if rep.Settings.HoldAppliers {
+			held = "; the sidecars' appliers held until each run's flush (--hold-appliers)"
+		}
+		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %s; %gs measured per run (latencies in ms; cache cold: no warm-up)%s\n",
 			store, rep.Settings.Records, rep.Settings.Fields, rep.Settings.FieldSize,
-			map[bool]string{true: "updates set every field", false: "updates set one field"}[rep.Settings.UpdateAll], rep.Settings.DurationS)
+			map[bool]string{true: "updates set every field", false: "updates set one field"}[rep.Settings.UpdateAll], rep.Settings.DurationS, held)
 		t := bench.Table{Header: []string{"store +ms", "threads", "keys", "workload", "policy", "cache", "ops/s", "read p50", "read p99", "update p50", "update p99", "scan p50", "scan p99", "pending", "pinned", "applied", "hits", "L1 hits", "verify"}}
 		var skipped []string
 		for _, r := range rep.Runs {

@@ -261,29 +261,7 @@ func (e *env) setup(ctx context.Context, p string, workers int, c conn) (_ *setu
 			}
 		}
 		so.Embedded = p == bench.WriteBackEmbedded
-		batch := o.batch(e.store)
-		so.Configure = func(c *config.Config) {
-			if workers > 0 {
-				c.Writeback.Workers = workers
-			}
-			if batch > 0 {
-				c.Writeback.BatchSize = batch
-			}
-			c.Redis.ShareRoundTrips = o.share
-			c.Writeback.NearCache = config.NearCacheOff
-			if o.nearCache {
-				c.Writeback.NearCache = config.NearCacheOn
-				for name, coll := range c.Collections {
-					if o.nearLease > 0 {
-						coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
-					}
-					if o.nearHot >= 0 {
-						coll.NearCache.HotWindow = config.Duration{Duration: o.nearHot}
-					}
-					c.Collections[name] = coll
-				}
-			}
-		}
+		so.Configure = o.configure(workers, o.batch(e.store))
 		s.workers = sidecarWorkers(workers)
 		sc, err := sidecar.Start(ctx, so)
 		if err != nil {
@@ -587,4 +565,38 @@ func tracePath(path, tag string, n int) string {
 		name += fmt.Sprintf("-%d", n)
 	}
 	return bench.NamedPath(path, name)
+}
+
+// configure returns the sidecar settings of a run with workers appliers
+// (0: the default) and batch documents per store transaction (0: the
+// default): the options' round trips, near cache and held appliers.
+func (o *options) configure(workers, batch int) func(*config.Config) {
+	return func(c *config.Config) {
+		if workers > 0 {
+			c.Writeback.Workers = workers
+		}
+		if batch > 0 {
+			c.Writeback.BatchSize = batch
+		}
+		if o.holdAppliers {
+			// No poll within a run, and no round without one: only
+			// the flush applies (it ignores the schedule).
+			c.Writeback.PollInterval = config.Duration{Duration: heldPoll}
+			c.Writeback.OwnerLease = config.Duration{Duration: 3 * heldPoll}
+		}
+		c.Redis.ShareRoundTrips = o.share
+		c.Writeback.NearCache = config.NearCacheOff
+		if o.nearCache {
+			c.Writeback.NearCache = config.NearCacheOn
+			for name, coll := range c.Collections {
+				if o.nearLease > 0 {
+					coll.NearCache.LeaseTTL = config.Duration{Duration: o.nearLease}
+				}
+				if o.nearHot >= 0 {
+					coll.NearCache.HotWindow = config.Duration{Duration: o.nearHot}
+				}
+				c.Collections[name] = coll
+			}
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/ycsb"
+	"github.com/writeback/writeback/internal/config"
 )
 
 // These tests need the project's Redis and PostgreSQL: `make services`.
@@ -376,10 +377,47 @@ func TestFlags(t *testing.T) {
 		{"--rounds", "0"}, {"--policies", "database,write-back", "--require", "write-back-resp/database>=1.5"}, {"--require", "write-back/database"},
 		{"--require", "write-back/database>=0"}, {"--compare=false", "--sweep-workers", "2", "--require", "write-back/database>=1"},
 		{"--workloads", "A,B", "--require", "C:write-back/database>=1"}, {"--require", ":write-back/database>=1"},
+		{"--hold-appliers", "--sweep-workers", "1,4"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 {
 			t.Errorf("%v: exit %d; want 2", args, code)
 		}
+	}
+}
+
+// --hold-appliers gives the sidecars a configuration that validates and
+// whose appliers poll less often than any run lasts; without it they keep
+// the sidecar's schedule.
+func TestHoldAppliers(t *testing.T) {
+	sidecar := func(o *options) *config.Config {
+		t.Helper()
+		c, err := config.Parse("test", []byte(`listen: 127.0.0.1:0
+redis: {addrs: ["127.0.0.1:6379"]}
+stores: {db: {driver: postgres, dsn: "postgres://x@127.0.0.1/x"}}
+collections: {t: {store: db, table: t, key: id, policy: write-back}}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.configure(0, 0)(c)
+		if err := c.Validate(); err != nil {
+			t.Fatalf("the sidecar's configuration: %v", err)
+		}
+		return c
+	}
+	o, err := parseFlags([]string{"--quick", "--sweep-workers", "", "--hold-appliers", "--duration", "10m"}, os.Stderr)
+	if err != nil || !o.holdAppliers {
+		t.Fatalf("--hold-appliers: %+v, %v", o, err)
+	}
+	if poll := sidecar(o).Writeback.PollInterval.Duration; poll <= o.warmup+o.duration {
+		t.Errorf("held appliers poll every %v: within a run of %v", poll, o.warmup+o.duration)
+	}
+	o, err = parseFlags([]string{"--quick"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sidecar(o).Writeback.PollInterval, config.Default().Writeback.PollInterval; got != want {
+		t.Errorf("without --hold-appliers the appliers poll every %v; want the default %v", got, want)
 	}
 }
