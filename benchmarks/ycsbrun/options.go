@@ -195,8 +195,8 @@ const (
 var cacheStates = []string{cacheCold, cacheWarm}
 
 // heldPoll is the sidecars' writeback.pollInterval with --hold-appliers:
-// longer than any run, so that their appliers never poll during one.
-const heldPoll = time.Hour
+// longer than a sidecar serves its runs, so that its appliers never poll.
+const heldPoll = 24 * time.Hour
 
 // parseLatencies parses --store-latency: durations ("1ms") or 0, each a
 // whole number of milliseconds, in the order given.
