@@ -421,3 +421,43 @@ collections: {t: {store: db, table: t, key: id, policy: write-back}}
 		t.Errorf("without --hold-appliers the appliers poll every %v; want the default %v", got, want)
 	}
 }
+
+// With --hold-appliers a write-back run applies nothing until its flush —
+// every change it buffered is pending at its end, and the flush applies
+// them, verified — while the same run without it applies as it goes.
+func TestHoldAppliersRun(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprint("hold=", hold), func(t *testing.T) {
+			out := t.TempDir()
+			args := []string{
+				"--store", "postgres", "--pg-dsn", pgDSN(), "--redis", redisAddr(),
+				"--workloads", "A", "--policies", "write-back-resp", "--distribution", "uniform", "--cache", "warm",
+				"--records", "200", "--threads", "2", "--duration", "1s", "--warmup", "200ms", "--sweep-workers", "",
+				"--table", fmt.Sprintf("ycsb_hold_test_%d", time.Now().UnixNano()%1e9), "--out", out,
+			}
+			if hold {
+				args = append(args, "--hold-appliers")
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			}
+			rep := readReport(t, out)
+			if len(rep.Runs) != 1 || rep.Settings.HoldAppliers != hold {
+				t.Fatalf("runs %d, settings %+v", len(rep.Runs), rep.Settings)
+			}
+			r := rep.Runs[0]
+			if !r.ok() || r.Ops == 0 || r.Verified == 0 {
+				t.Fatalf("not a verified run: %+v", r)
+			}
+			if hold {
+				if r.AppliedChanges != 0 || r.ApplierBatches != 0 || r.PendingChanges == 0 || r.FlushApplied == 0 {
+					t.Errorf("held: %v changes applied in %d batches during the run, %d pending at its end, %d applied by the flush; want 0, 0, >0, >0",
+						r.AppliedChanges, r.ApplierBatches, r.PendingChanges, r.FlushApplied)
+				}
+			} else if r.AppliedChanges == 0 {
+				t.Errorf("running appliers applied nothing during the run (%d pending at its end)", r.PendingChanges)
+			}
+		})
+	}
+}
