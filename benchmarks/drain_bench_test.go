@@ -513,8 +513,8 @@ func boundCollection(t string) string { return "drain-bound:" + t }
 
 // directMySQL sets up up to conns connections (client-side interpolation,
 // as the store's: one round trip per statement) and the two batched
-// statements of MySQL: a multi-row upsert and an UPDATE joined with the
-// rows.
+// statements of MySQL: a multi-row upsert and an UPDATE picking each row's
+// value with a CASE on the key (myUpdateCase).
 func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 	b.Helper()
 	cfg, err := mysql.ParseDSN(dsn)
@@ -539,7 +539,7 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 		},
 		"update": func(ctx context.Context, keys, vals []string) error {
 			var sb strings.Builder
-			args := myUpdateJoin(&sb, make([]any, 0, 2*len(keys)), t, k, f, keys, vals)
+			args := myUpdateCase(&sb, make([]any, 0, 2*len(keys)), t, k, f, keys, vals)
 			_, err := db.ExecContext(ctx, sb.String(), args...)
 			return err
 		},
@@ -567,7 +567,7 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 			args = append(args, coll, keys[i], seq)
 		}
 		sb.WriteString(" ON DUPLICATE KEY UPDATE seq = IF(seq < VALUES(seq), VALUES(seq), seq); ")
-		args = myUpdateJoin(&sb, args, t, k, f, keys, vals)
+		args = myUpdateCase(&sb, args, t, k, f, keys, vals)
 		sb.WriteString("; COMMIT")
 		_, err := mdb.ExecContext(ctx, sb.String(), args...)
 		return err
@@ -593,27 +593,32 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 		args := make([]any, 0, 2+2*len(keys))
 		sb.WriteString("START TRANSACTION; INSERT INTO " + batches + " (part, batch, docs) VALUES (0, ?, ?); ")
 		args = append(args, batch, string(js))
-		args = myUpdateJoin(&sb, args, t, k, f, keys, vals)
+		args = myUpdateCase(&sb, args, t, k, f, keys, vals)
 		sb.WriteString("; COMMIT")
 		_, err = mdb.ExecContext(ctx, sb.String(), args...)
 		return err
 	}
 }
 
-// myUpdateJoin appends to sb MySQL's batched UPDATE of field f of the
-// rows keyed k of table t, joined with the rows as a UNION ALL of SELECTs,
-// and returns args with the rows' arguments appended.
-func myUpdateJoin(sb *strings.Builder, args []any, t, k, f string, keys, vals []string) []any {
-	fmt.Fprintf(sb, "UPDATE %s AS t JOIN (", t)
+// myUpdateCase appends to sb MySQL's batched UPDATE of field f of the
+// rows keyed k of table t, as the store's appliers send it (one CASE on
+// the key picks each row's value), and returns args with the rows'
+// arguments appended.
+func myUpdateCase(sb *strings.Builder, args []any, t, k, f string, keys, vals []string) []any {
+	fmt.Fprintf(sb, "UPDATE %s AS t SET t.%s = CASE t.%s", t, f, k)
 	for i := range keys {
-		if i == 0 {
-			sb.WriteString("SELECT ? AS k, ? AS f")
-		} else {
-			sb.WriteString(" UNION ALL SELECT ?, ?")
-		}
+		sb.WriteString(" WHEN ? THEN ?")
 		args = append(args, keys[i], vals[i])
 	}
-	fmt.Fprintf(sb, ") AS v ON t.%s = v.k SET t.%s = v.f", k, f)
+	fmt.Fprintf(sb, " END WHERE t.%s IN (", k)
+	for i := range keys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("?")
+		args = append(args, keys[i])
+	}
+	sb.WriteString(")")
 	return args
 }
 

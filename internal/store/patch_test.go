@@ -277,6 +277,36 @@ func TestApplyPatchShapes(t *testing.T) {
 					return ws
 				}(),
 			},
+			{
+				// MySQL's patch statements hold myPatchRows rows each: a
+				// shape's rows go in several, and each row gets its own
+				// values (a CASE on the key).
+				name: "more rows of a shape than a statement holds",
+				ddl: map[string]string{
+					"postgres": "CREATE TABLE %[1]s (id varchar(16) PRIMARY KEY, v text, m bigint)",
+					"mysql":    "CREATE TABLE %[1]s (id varchar(16) COLLATE utf8mb4_nopad_bin PRIMARY KEY, v text, m bigint)",
+				},
+				seed: func() map[string]map[string]string {
+					m := map[string]map[string]string{}
+					for i := range 2*myPatchRows + 40 {
+						id := fmt.Sprint("k", i)
+						m[id] = map[string]string{"id": `"` + id + `"`, "v": "null", "m": fmt.Sprint(i)}
+					}
+					return m
+				}(),
+				batch: func() []twinWrite {
+					var ws []twinWrite
+					for i := range 2*myPatchRows + 50 { // the last ten are missing
+						id := fmt.Sprint("k", i)
+						c := set(10, map[string]string{"v": fmt.Sprintf(`"v%d"`, i)})
+						if i%3 == 0 {
+							c = inc(10, "m", fmt.Sprint(i%7))
+						}
+						ws = append(ws, twinWrite{coll: "a", id: id, changes: []change.Change{c}})
+					}
+					return ws
+				}(),
+			},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -477,6 +507,35 @@ func TestChunkLen(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, chunkLen(tc.rows))
+		})
+	}
+}
+
+func TestMyPatchChunk(t *testing.T) {
+	row := func(key any, vals ...any) []any { return append([]any{key}, vals...) }
+	rows := func(n int, r []any) [][]any {
+		out := make([][]any, n)
+		for i := range out {
+			out[i] = r
+		}
+		return out
+	}
+	long := strings.Repeat("x", maxStmtBytes/10)
+	cases := []struct {
+		name string
+		rows [][]any
+		want int
+	}{
+		{"few rows", rows(10, row("k", "v")), 10},
+		{"bounded by rows", rows(3*myPatchRows, row(int64(1), 2.5)), myPatchRows},
+		// A key counts once per value and once in the IN list: a row
+		// of a long key and three values is 4/10 of a statement.
+		{"bounded by repeated keys", rows(10, row(long, "a", "b", "c")), 2},
+		{"one huge row", rows(3, row("k", strings.Repeat("x", 2*maxStmtBytes))), 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, myPatchChunk(tc.rows))
 		})
 	}
 }
