@@ -407,7 +407,7 @@ func myRollback(conn *sql.Conn) {
 // and numbers for the amounts. The server compares a CASE's key with its
 // WHENs one by one, so a statement holds at most myPatchRows rows. (Joined
 // with its rows as a derived table instead — UPDATE t JOIN (SELECT ? AS k,
-// ? AS v1 UNION ALL SELECT …) — a statement costs MariaDB some 400 µs of
+// ? AS v1 UNION ALL SELECT …) — a statement costs MariaDB 300–400 µs of
 // CPU before its first row, which YCSB's one-field updates, ten patch
 // shapes of ten rows in a batch, paid for every row.)
 func myPatchQuery(g *patchGroup, rows [][]any) *query {
