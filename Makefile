@@ -74,11 +74,12 @@ demo: services
 # 1 ms each way (Redis local), 16 client threads, zipfian and uniform keys,
 # the database alone and through the front door in three rounds side by
 # side; the step fails unless the medians reach 5x on PostgreSQL and on
-# MariaDB.
+# MariaDB and write-back's update p50 is at most a quarter of the
+# database's.
 BENCH_SIZE ?= --quick
 BENCHTIME ?= 1s
 READ_TARGETS = C:write-back-resp/database>=1.5,B:write-back-resp/database>=1.3,C:write-back-embedded/database>=10
-REMOTE_TARGETS = A:write-back-resp/database>=5
+REMOTE_TARGETS = A:write-back-resp/database>=5,A:update-p50(write-back-resp/database)<=0.25
 bench: services
 	$(GO) run ./benchmarks/cmd/ycsb $(BENCH_SIZE) $(YCSBFLAGS)
 	$(GO) run ./benchmarks/cmd/ycsb $(BENCH_SIZE) --store postgres,mysql --policies database,write-back-resp,write-back-embedded \

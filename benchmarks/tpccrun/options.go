@@ -82,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	slices.SortFunc(o.policies, func(a, b string) int { return slices.Index(tpcc.Policies, a) - slices.Index(tpcc.Policies, b) })
-	if o.require, err = bench.ParseRequire(*require, o.policies, nil); err != nil {
+	if o.require, err = bench.ParseRequire(*require, o.policies, nil, nil); err != nil {
 		return nil, err
 	}
 	return o, o.validate()

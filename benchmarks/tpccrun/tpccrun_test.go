@@ -36,7 +36,7 @@ func TestParseFlagsStores(t *testing.T) {
 		t.Errorf("defaults: store %q, dsn %q, latency %v, files %s", o.store, o.dsn, o.latency, o.name())
 	}
 	for _, args := range [][]string{{"--store", "oracle"}, {"--store-latency", "1500us"}, {"--store-latency", "-1ms"}, {"--store-latency", "fast"}, {"--rounds", "0"},
-		{"--require", "write-back>=2"}, {"--require", "write-back/oracle>=2"}, {"--require", "write-back/database>=0"}, {"--require", "write-back/write-back>=1"}, {"--require", "A:write-back/database>=2"},
+		{"--require", "write-back>=2"}, {"--require", "write-back/oracle>=2"}, {"--require", "write-back/database>=0"}, {"--require", "write-back/write-back>=1"}, {"--require", "A:write-back/database>=2"}, {"--require", "update-p50(write-back/database)<=0.5"},
 		{"--policies", "database,write-back", "--require", "write-back/write-through>=2"}} {
 		flag := args[len(args)-2]
 		if _, err := parseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(flag, "--")) {

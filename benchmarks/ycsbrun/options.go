@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -92,7 +93,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "runs of the comparison, in turn: round 1 runs every policy once (each on a fresh table and sidecar), then round 2 … ; "+
 		"the ratios are the median of the rounds' ratios, each taken within one round, so that a machine whose speed drifts over minutes is judged by runs side by side")
 	require := fs.String("require", "", "comma-separated policy/policy>=ratio clauses (write-back-resp/database>=1.5): the command fails unless, on every workload and variant "+
-		"both policies ran, the median over the rounds of their throughput ratio reaches its minimum; a clause prefixed with a workload (C:write-back-resp/database>=1.5) is judged on that workload only")
+		"both policies ran, the median over the rounds of their throughput ratio reaches its minimum; a clause prefixed with a workload (C:write-back-resp/database>=1.5) is judged on that workload only; "+
+		"a clause may judge a latency's ratio instead, from above or below: update-p50(write-back-resp/database)<=0.25 (read-p50, read-p99, update-p50, update-p99)")
 	sweep := fs.String("sweep-workers", "", "applier sweep (paper's Figure 5): write-back runs with each of these writeback.workers values, e.g. 1,2,4,8,16 (empty: no sweep)")
 	sweepWorkloads := fs.String("sweep-workloads", "A,B,S", "workloads of the applier sweep")
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
@@ -157,7 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.sweepWorkers, err = bench.ParseInts("--sweep-workers", *sweep, 256); err != nil {
 		return nil, err
 	}
-	if o.require, err = bench.ParseRequire(*require, o.policies, o.workloads); err != nil {
+	if o.require, err = bench.ParseRequire(*require, o.policies, o.workloads, slices.Sorted(maps.Keys(requireMetrics))); err != nil {
 		return nil, err
 	}
 	switch {

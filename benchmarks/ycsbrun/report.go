@@ -166,17 +166,39 @@ func (rep *report) throughput(workload, policy string, v Variant) float64 {
 // roundRatios is, per round in which both ran on a workload and variant,
 // policy a's throughput over policy b's.
 func (rep *report) roundRatios(workload, a, b string, v Variant) []float64 {
+	return rep.metricRatios(runThroughput, workload, a, b, v)
+}
+
+// metricRatios is roundRatios of metric m: per round in which both ran
+// and measured it (m's ok: a latency of operations that ran), policy a's m
+// over policy b's.
+func (rep *report) metricRatios(m func(*Run) (float64, bool), workload, a, b string, v Variant) []float64 {
 	bs := map[int]float64{}
 	for _, r := range rep.runs(workload, b, v) {
-		bs[r.Round] = r.Throughput
+		if x, ok := m(r); ok {
+			bs[r.Round] = x
+		}
 	}
 	var out []float64
 	for _, r := range rep.runs(workload, a, v) {
-		if d := bs[r.Round]; d > 0 {
-			out = append(out, r.Throughput/d)
+		if x, ok := m(r); ok && bs[r.Round] > 0 {
+			out = append(out, x/bs[r.Round])
 		}
 	}
 	return out
+}
+
+// runThroughput is a run's operations per second.
+func runThroughput(r *Run) (float64, bool) { return r.Throughput, true }
+
+// requireMetrics are the metrics besides throughput a --require clause
+// can name, by name: the latencies' medians and 99th percentiles, of runs
+// that had such operations.
+var requireMetrics = map[string]func(*Run) (float64, bool){
+	"read-p50":   func(r *Run) (float64, bool) { return r.Read.P50, r.Read.Count > 0 },
+	"read-p99":   func(r *Run) (float64, bool) { return r.Read.P99, r.Read.Count > 0 },
+	"update-p50": func(r *Run) (float64, bool) { return r.Update.P50, r.Update.Count > 0 },
+	"update-p99": func(r *Run) (float64, bool) { return r.Update.P99, r.Update.Count > 0 },
 }
 
 // judge judges each requirement on every workload (its own, when it names
@@ -191,7 +213,11 @@ func (rep *report) judge() []bench.Verdict {
 				if req.On != "" && req.On != w {
 					continue
 				}
-				rounds := rep.roundRatios(w, req.A, req.B, v)
+				m := runThroughput
+				if req.Metric != "" {
+					m = requireMetrics[req.Metric]
+				}
+				rounds := rep.metricRatios(m, w, req.A, req.B, v)
 				if len(rounds) == 0 {
 					continue
 				}

@@ -314,6 +314,26 @@ func TestRoundRatios(t *testing.T) {
 	if len(vs) != 2 || vs[0].Met || vs[0].Case != "A zipfian warm 8t" || vs[0].Median != 1.5 || vs[1].Met || len(vs[1].Rounds) != 0 {
 		t.Errorf("verdicts %+v; want A's 1.5 below 1.6, and B, which never ran, not met", vs)
 	}
+	// A latency clause: write-back-resp's update p50 over the database's
+	// in each round that measured both (round 3's database has none, a
+	// run without updates), bounded from above.
+	p50 := map[int]map[string]float64{1: {bench.Database: 4, bench.WriteBackRESP: 0.8}, 2: {bench.Database: 5, bench.WriteBackRESP: 1.5},
+		3: {bench.WriteBackRESP: 0.1}, 4: {bench.WriteBackRESP: 9}}
+	for _, r := range rep.Runs {
+		if x, ok := p50[r.Round][r.Policy]; ok {
+			r.Update = bench.Latency{Count: 10, P50: x}
+		}
+	}
+	rep.require = []bench.Requirement{{On: "A", Metric: "update-p50", A: bench.WriteBackRESP, B: bench.Database, Max: 0.25},
+		{On: "A", Metric: "update-p50", A: bench.WriteBackRESP, B: bench.Database, Max: 0.2}}
+	vs = rep.judge()
+	if len(vs) != 2 || !vs[0].Met || fmt.Sprint(vs[0].Rounds) != "[0.2 0.3]" || vs[0].Median != 0.25 || vs[1].Met ||
+		vs[0].Ratio != "update-p50 write-back-resp / database" {
+		t.Errorf("verdicts %+v; want rounds 1 and 2 (0.2, 0.3), their median 0.25 met at most 0.25 and not at most 0.2", vs)
+	}
+	if got := vs[1].String(); got != "required update-p50 write-back-resp / database ≤ 0.20× on A zipfian warm 8t: 0.25×, NOT met" {
+		t.Errorf("verdict line %q", got)
+	}
 }
 
 // TestVerificationFails tampers with an updated record between the flush
@@ -370,6 +390,12 @@ func TestFlags(t *testing.T) {
 	if o.mongoURI != "mongodb://127.0.0.1:27017/" {
 		t.Errorf("mongo URI %q", o.mongoURI)
 	}
+	o, err = parseFlags([]string{"--workloads", "A", "--require", "A:update-p50(write-back-resp/database)<=0.25, write-back/database>=1.5"}, os.Stderr)
+	want := []bench.Requirement{{On: "A", Metric: "update-p50", A: bench.WriteBackRESP, B: bench.Database, Max: 0.25},
+		{A: bench.WriteBack, B: bench.Database, Min: 1.5}}
+	if err != nil || fmt.Sprint(o.require) != fmt.Sprint(want) {
+		t.Errorf("--require with a latency clause: %+v, %v; want %+v", o.require, err, want)
+	}
 	for _, args := range [][]string{
 		{"--workloads", "A,X"}, {"--store", "sqlite"}, {"--policies", "write-behind"}, {"--sweep-workers", "0"},
 		{"--threads", "0"}, {"--records", "3", "--threads", "4"}, {"--compare=false"}, {"--distribution", "latest"}, {"extra"},
@@ -378,6 +404,8 @@ func TestFlags(t *testing.T) {
 		{"--require", "write-back/database>=0"}, {"--compare=false", "--sweep-workers", "2", "--require", "write-back/database>=1"},
 		{"--workloads", "A,B", "--require", "C:write-back/database>=1"}, {"--require", ":write-back/database>=1"},
 		{"--hold-appliers", "--sweep-workers", "1,4"},
+		{"--require", "scan-p50(write-back/database)<=1"}, {"--require", "update-p50(write-back/database<=1"},
+		{"--require", "update-p50(write-back/database)<=0"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 {
