@@ -522,14 +522,7 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 		b.Fatal(err)
 	}
 	cfg.InterpolateParams = true
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
-	b.Cleanup(func() { db.Close() })
+	db := myOpen(b, cfg, conns)
 	t, k, f := w.spec.Table, ycsb.KeyColumn, ycsb.FieldName(0)
 	w.direct = map[string]func(ctx context.Context, keys, vals []string) error{
 		"upsert": func(ctx context.Context, keys, vals []string) error {
@@ -547,13 +540,7 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 	// The bound: one multi-statement packet, as the store's Apply sends.
 	mcfg := cfg.Clone()
 	mcfg.MultiStatements = true
-	mconn, err := mysql.NewConnector(mcfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	mdb := sql.OpenDB(mconn)
-	mdb.SetMaxOpenConns(1)
-	b.Cleanup(func() { mdb.Close() })
+	mdb := myOpen(b, mcfg, 1)
 	coll := boundCollection(t)
 	w.bound = func(ctx context.Context, keys, vals []string, seq int64) error {
 		var sb strings.Builder
@@ -598,6 +585,21 @@ func (w *drainWorld) directMySQL(b *testing.B, dsn string, conns int) {
 		_, err = mdb.ExecContext(ctx, sb.String(), args...)
 		return err
 	}
+}
+
+// myOpen opens a pool of at most conns connections with cfg, closed when
+// b ends.
+func myOpen(b *testing.B, cfg *mysql.Config, conns int) *sql.DB {
+	b.Helper()
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	b.Cleanup(func() { db.Close() })
+	return db
 }
 
 // myUpdateCase appends to sb MySQL's batched UPDATE of field f of the
