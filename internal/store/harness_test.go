@@ -79,7 +79,7 @@ func (h *harness) table(t testing.TB, ddl map[string]string) string {
 }
 
 // describe creates a table and describes it with key "id".
-func (h *harness) describe(t *testing.T, ddl map[string]string) *Table {
+func (h *harness) describe(t testing.TB, ddl map[string]string) *Table {
 	t.Helper()
 	name := h.table(t, ddl)
 	tbl, err := h.s.Describe(t.Context(), name, "id")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/writeback/writeback/internal/testenv"
 )
 
 // BenchmarkApplySessionsJoined applies batches of 10 New-Order-like
@@ -84,6 +86,55 @@ func BenchmarkApplySessionsJoined(b *testing.B) {
 				b.Run(mode.name, func(b *testing.B) {
 					for b.Loop() {
 						if err := apply(mode.join); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkApplySeveralChanges applies batches of 128 documents' writes of
+// one and of four increments each, side by side: the time per batch is the
+// appliers' cost of a batch, store included. Writes of several changes
+// are what documents written again while pending become; on PostgreSQL
+// their record statement checks each record against its write's first
+// change (pgWriteRecordsSQL), which should cost about what the check of
+// writes of one change costs.
+//
+//	go test -run '^$' -bench ApplySeveralChanges -benchtime 200x ./internal/store/
+func BenchmarkApplySeveralChanges(b *testing.B) {
+	stores, names := testStores(b)
+	for _, name := range names {
+		cfg := stores[name]
+		b.Run(name, func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s, err := Open(ctx, cfg.Driver, cfg.DSN)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			h := &harness{driver: cfg.Driver, dsn: cfg.DSN, s: s}
+			tbl := h.describe(b, numbersDDL)
+			coll := testenv.UniqueName(b, "c")
+			const docs = 128
+			rows := make([]string, docs)
+			for i := range rows {
+				rows[i] = fmt.Sprintf("(%d, 0)", i+1)
+			}
+			h.exec(b, "INSERT INTO "+tbl.Name+" (id, n) VALUES "+strings.Join(rows, ", "))
+			seq := int64(0)
+			for _, per := range []int64{1, 4} {
+				b.Run(fmt.Sprintf("changes=%d", per), func(b *testing.B) {
+					for b.Loop() {
+						writes := make([]Write, docs)
+						for i := range writes {
+							writes[i] = Write{Collection: coll, Table: tbl, ID: strconv.Itoa(i + 1), Partition: 1, Changes: incs("n", seq+1, seq+per)}
+							seq += per
+						}
+						if _, err := s.Apply(ctx, writes); err != nil {
 							b.Fatal(err)
 						}
 					}
