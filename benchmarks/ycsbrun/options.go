@@ -14,6 +14,7 @@ import (
 
 	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/ycsb"
+	"github.com/writeback/writeback/internal/config"
 )
 
 // options are the command's flags, validated.
@@ -41,6 +42,7 @@ type options struct {
 	sweepDuration  time.Duration
 	batchSize      int           // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
 	holdAppliers   bool          // the sidecars' appliers apply nothing until each run's flush
+	applyDelay     time.Duration // the sidecars' writeback.applyDelay; negative: the default
 	nearCache      bool          // the sidecars run with writeback.nearCache on
 	share          bool          // the sidecars run with redis.shareRoundTrips on
 	nearLease      time.Duration // their collection's nearCache.leaseTTL; 0: the default
@@ -100,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 0, "measured time per sweep run (0: --duration)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
 	fs.BoolVar(&o.holdAppliers, "hold-appliers", false, "the sidecars' appliers apply nothing while a run lasts (writeback.pollInterval "+heldPoll.String()+"): write-back as if applying cost nothing, the bound of any applier; each run's flush applies its writes afterwards and the verification checks them")
+	fs.DurationVar(&o.applyDelay, "apply-delay", -1, "the sidecars' writeback.applyDelay: how long a document stays pending before their appliers take it (negative: the default)")
 	fs.BoolVar(&o.nearCache, "near-cache", true, "the sidecars (write-* policies) run with their near cache on (writeback.nearCache, on by default; the collection's nearCache defaults); --near-cache=false turns it off")
 	fs.BoolVar(&o.share, "share-round-trips", true, "the sidecars' redis.shareRoundTrips: concurrent requests share Redis round trips (false: each goes alone, to compare)")
 	fs.DurationVar(&o.nearLease, "near-lease", 0, "with --near-cache: the collection's nearCache.leaseTTL (0: the default, 2s)")
@@ -237,6 +240,14 @@ func (o *options) batch(store string) int {
 		return 16
 	}
 	return o.batchSize
+}
+
+// delay is the sidecars' writeback.applyDelay.
+func (o *options) delay() time.Duration {
+	if o.applyDelay < 0 {
+		return config.Default().Writeback.ApplyDelay.Duration
+	}
+	return o.applyDelay
 }
 
 // dsn is the DSN (MongoDB: URI) of a store.

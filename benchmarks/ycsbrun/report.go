@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/writeback/writeback/benchmarks/bench"
 )
@@ -45,6 +46,7 @@ type settings struct {
 	SweepWorkloads []string `json:"sweep_workloads,omitempty"`
 	BatchSize      int      `json:"batch_size"`              // the sidecar's writeback.batchSize
 	HoldAppliers   bool     `json:"hold_appliers,omitempty"` // the appliers applied nothing until each run's flush
+	ApplyDelayMs   float64  `json:"apply_delay_ms"`          // the sidecars' writeback.applyDelay
 	RespSocket     bool     `json:"resp_socket"`             // write-back-resp's front door on a Unix socket (false: loopback TCP)
 	Seed           uint64   `json:"seed"`
 }
@@ -93,6 +95,7 @@ func newReport(o *options, store string) *report {
 			Distributions: o.distributions, Caches: o.caches, StoreLatencyMs: lat, UpdateAll: o.updateAll, ScanLength: o.scanLength,
 			Workloads: o.workloads, Policies: o.policies, SweepWorkers: o.sweepWorkers, SweepWorkloads: o.sweepWorkloads, Seed: o.seed,
 			BatchSize: sidecarBatch(o.batch(store)), HoldAppliers: o.holdAppliers, RespSocket: o.respSocket,
+			ApplyDelayMs: float64(o.delay()) / float64(time.Millisecond),
 		},
 		Notes: []string{
 			"Every policy loads a fresh table and starts a fresh sidecar, then runs each workload with each distribution in each cache state.",
@@ -331,6 +334,9 @@ func (rep *report) print(w io.Writer) {
 		held := ""
 		if rep.Settings.HoldAppliers {
 			held = "; the sidecars' appliers held until each run's flush (--hold-appliers)"
+		}
+		if rep.Settings.ApplyDelayMs > 0 {
+			held += fmt.Sprintf("; the sidecars' writeback.applyDelay %gms", rep.Settings.ApplyDelayMs)
 		}
 		fmt.Fprintf(w, "\nYCSB on %s: %d records × %d fields × %d B, %s; %gs measured per run (latencies in ms; cache cold: no warm-up)%s\n",
 			store, rep.Settings.Records, rep.Settings.Fields, rep.Settings.FieldSize,

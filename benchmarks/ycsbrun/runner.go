@@ -578,6 +578,7 @@ func (o *options) configure(workers, batch int) func(*config.Config) {
 		if batch > 0 {
 			c.Writeback.BatchSize = batch
 		}
+		c.Writeback.ApplyDelay = config.Duration{Duration: o.delay()}
 		if o.holdAppliers {
 			// No poll within a run, and no round without one: only
 			// the flush applies (it ignores the schedule).

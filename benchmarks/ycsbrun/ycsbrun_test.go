@@ -448,6 +448,16 @@ collections: {t: {store: db, table: t, key: id, policy: write-back}}
 	if got, want := sidecar(o).Writeback.PollInterval, config.Default().Writeback.PollInterval; got != want {
 		t.Errorf("without --hold-appliers the appliers poll every %v; want the default %v", got, want)
 	}
+	if got, want := sidecar(o).Writeback.ApplyDelay, config.Default().Writeback.ApplyDelay; got != want {
+		t.Errorf("without --apply-delay the sidecars' applyDelay is %v; want the default %v", got, want)
+	}
+	o, err = parseFlags([]string{"--quick", "--apply-delay", "1s"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sidecar(o).Writeback.ApplyDelay.Duration; got != time.Second {
+		t.Errorf("--apply-delay 1s: the sidecars' applyDelay is %v", got)
+	}
 }
 
 // With --hold-appliers a write-back run applies nothing until its flush —

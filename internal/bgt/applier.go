@@ -32,6 +32,10 @@ type Config struct {
 	MaxPerDoc    int           // changes of one document per batch (default 1024)
 	OwnerLease   time.Duration // ownership lease lifetime
 	PollInterval time.Duration // how often owned partitions are checked for work
+	// ApplyDelay is how long a document stays pending before the workers
+	// take it: the writes it gets meanwhile reach the store in the same
+	// row write (0: at once). Flush, ApplyRound and ApplyDoc do not wait.
+	ApplyDelay time.Duration
 	// MaxRetries is how many times in a row a batch may fail with an
 	// error outside the permanent list before it is split to find what
 	// keeps failing (see split); 0: retried forever, never split.

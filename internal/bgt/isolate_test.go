@@ -41,7 +41,7 @@ func (w *world) rounds(t *testing.T, n int) {
 	for range n {
 		_, _, err := w.app.ApplyRound(ctx, all)
 		w.app.note(all, err)
-		counts, cerr := w.buf.PendingCounts(ctx, all)
+		counts, cerr := w.buf.PendingCounts(ctx, all, 0)
 		if cerr != nil {
 			t.Fatal(cerr)
 		}

@@ -14,8 +14,8 @@ import (
 
 var _ rounds = (*Applier)(nil)
 
-// ready returns those of parts with pending documents that are not
-// backing off after a failed round (see rounds).
+// ready returns those of parts with documents pending for at least
+// ApplyDelay that are not backing off after a failed round (see rounds).
 func (a *Applier) ready(ctx context.Context, parts []int) (todo []int, held bool, err error) {
 	now := time.Now()
 	var polled []int
@@ -27,7 +27,7 @@ func (a *Applier) ready(ctx context.Context, parts []int) (todo []int, held bool
 	if len(polled) == 0 {
 		return nil, true, nil
 	}
-	counts, err := a.buf.PendingCounts(ctx, polled)
+	counts, err := a.buf.PendingCounts(ctx, polled, a.cfg.ApplyDelay)
 	if err != nil {
 		return nil, false, err
 	}
@@ -39,13 +39,14 @@ func (a *Applier) ready(ctx context.Context, parts []int) (todo []int, held bool
 	return todo, false, nil
 }
 
-// round applies one round of parts on a worker (see rounds): one ApplyRound,
-// bounded by the batch timeout.
+// round applies one round of parts on a worker (see rounds): one ApplyRound
+// of the documents pending for at least ApplyDelay, bounded by the batch
+// timeout.
 func (a *Applier) round(ctx context.Context, parts []int) (more bool) {
 	var n int
 	var full bool
 	err := a.bounded(context.WithoutCancel(ctx), parts, func(bctx context.Context, _ int) (err error) {
-		n, full, err = a.applyRound(bctx, parts, ctx.Done())
+		n, full, err = a.applyRound(bctx, parts, ctx.Done(), a.cfg.ApplyDelay)
 		return err
 	}, "partitions", parts)
 	a.note(parts, err)
@@ -93,13 +94,13 @@ const maxPipelined = 8
 // document of the batch still in the store. full reports that more
 // documents were pending than the round took.
 func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, full bool, err error) {
-	return a.applyRound(ctx, parts, nil)
+	return a.applyRound(ctx, parts, nil, 0)
 }
 
 // applyRound is ApplyRound; stop, when not nil, ends the pipeline early
 // once it is closed (the run's end: a round on its way out starts no more
-// batches).
-func (a *Applier) applyRound(ctx context.Context, parts []int, stop <-chan struct{}) (applied int, full bool, err error) {
+// batches); age > 0 takes only the documents pending for at least age.
+func (a *Applier) applyRound(ctx context.Context, parts []int, stop <-chan struct{}, age time.Duration) (applied int, full bool, err error) {
 	locked := slices.Clone(parts)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
@@ -125,7 +126,7 @@ func (a *Applier) applyRound(ctx context.Context, parts []int, stop <-chan struc
 		return true
 	}
 	size, perDoc := a.roundSize(a.divisor(parts...))
-	b, err := a.readBatch(ctx, parts, size, perDoc, nil)
+	b, err := a.readBatch(ctx, parts, size, perDoc, nil, age)
 	if err != nil || b == nil {
 		return 0, false, err
 	}
@@ -149,7 +150,7 @@ func (a *Applier) applyRound(ctx context.Context, parts []int, stop <-chan struc
 		if rerr == nil {
 			trim = nil
 			if b.full && n < maxPipelined && more() {
-				next, rerr = a.readBatch(ctx, parts, size, perDoc, b.members)
+				next, rerr = a.readBatch(ctx, parts, size, perDoc, b.members, age)
 			}
 		}
 		o := <-out
@@ -192,15 +193,15 @@ type batch struct {
 	full    bool // more documents were pending than the batch took
 }
 
-// readBatch reads up to size pending documents of parts, skipping those in
-// skip (the batch in the store), and up to perDoc changes of each; nil when
-// none is pending.
-func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, skip map[buffer.DocRef]bool) (*batch, error) {
+// readBatch reads up to size pending documents of parts (with age > 0, of
+// those pending for at least age), skipping those in skip (the batch in
+// the store), and up to perDoc changes of each; nil when none is pending.
+func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, skip map[buffer.DocRef]bool, age time.Duration) (*batch, error) {
 	// Read past documents of collections this sidecar does not serve (a
 	// collection removed from the config while it had pending writes; or
 	// another deployment's) and those of the batch in the store: they must
 	// not hide the others.
-	lists, err := a.buf.PendingDocs(ctx, parts, 2*size+len(skip))
+	lists, err := a.buf.PendingDocs(ctx, parts, 2*size+len(skip), age)
 	if err != nil {
 		return nil, err
 	}

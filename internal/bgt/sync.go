@@ -83,7 +83,7 @@ func (a *Applier) Flush(ctx context.Context) (FlushResult, error) {
 		if ctx.Err() != nil {
 			return a.flushCut(res), nil
 		}
-		counts, err := a.buf.PendingCounts(ctx, all)
+		counts, err := a.buf.PendingCounts(ctx, all, 0)
 		if err != nil {
 			if ctx.Err() != nil {
 				return a.flushCut(res), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/writeback/writeback/internal/change"
@@ -11,21 +12,62 @@ import (
 )
 
 // PendingDocs returns, for each of parts, up to limit of its pending
-// documents, the longest pending first, in one round trip.
-func (b *Buffer) PendingDocs(ctx context.Context, parts []int, limit int) ([][]string, error) {
-	pipe := b.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(parts))
-	for i, p := range parts {
-		cmds[i] = pipe.ZRange(ctx, b.pendingKey(p), 0, int64(limit-1))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+// documents, the longest pending first, in one round trip; with age > 0
+// only those whose oldest buffered write is at least age old (by Redis's
+// clock, which stamped it).
+func (b *Buffer) PendingDocs(ctx context.Context, parts []int, limit int, age time.Duration) ([][]string, error) {
+	cmds, err := b.pendingRound(ctx, parts, age, int64(limit))
+	if err != nil {
 		return nil, fmt.Errorf("buffer: pending: %w", err)
 	}
 	out := make([][]string, len(parts))
 	for i, c := range cmds {
-		out[i] = c.Val()
+		out[i], _ = c.StringSlice()
 	}
 	return out, nil
+}
+
+// agedScript counts (ARGV[2] "0") or lists (up to ARGV[2]) the members of
+// pending index KEYS[1] pending for at least ARGV[1] ms by Redis's clock:
+// scored at most now - ARGV[1]. The scores are the Redis time in ms of
+// each document's oldest buffered write (writeScript, luaPop).
+var agedScript = redis.NewScript(luaEntry + `
+local max = string.format('%d', now_ms() - tonumber(ARGV[1]))
+if ARGV[2] == '0' then return redis.call('ZCOUNT', KEYS[1], '-inf', max) end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, ARGV[2])
+`)
+
+// pendingRound reads each of parts' pending index in one round trip: its
+// size (limit 0) or up to limit members, the longest pending first; with
+// age > 0 only the members pending for at least age (agedScript).
+func (b *Buffer) pendingRound(ctx context.Context, parts []int, age time.Duration, limit int64) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := b.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(parts))
+		for i, p := range parts {
+			key := b.pendingKey(p)
+			switch {
+			case age > 0:
+				cmds[i] = agedScript.EvalSha(ctx, pipe, []string{key}, age.Milliseconds(), limit)
+			case limit == 0:
+				cmds[i] = pipe.Do(ctx, "ZCARD", key)
+			default:
+				cmds[i] = pipe.Do(ctx, "ZRANGE", key, 0, limit-1)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		if rscript.IsNoScript(err) && attempt == 0 {
+			// First use on this server: load the script, and again.
+			if err := agedScript.Load(ctx, b.rdb).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		return cmds, nil
+	}
 }
 
 // DocRef names a document in the pending index: its partition and member.
@@ -131,19 +173,16 @@ func (b *Buffer) trimSlow(ctx context.Context, byPart map[int][]Applied) (int64,
 	return n, nil
 }
 
-// PendingCounts returns the number of pending documents of each of parts.
-func (b *Buffer) PendingCounts(ctx context.Context, parts []int) ([]int64, error) {
-	pipe := b.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(parts))
-	for i, p := range parts {
-		cmds[i] = pipe.ZCard(ctx, b.pendingKey(p))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+// PendingCounts returns the number of pending documents of each of parts;
+// with age > 0 of those pending for at least age (PendingDocs).
+func (b *Buffer) PendingCounts(ctx context.Context, parts []int, age time.Duration) ([]int64, error) {
+	cmds, err := b.pendingRound(ctx, parts, age, 0)
+	if err != nil {
 		return nil, fmt.Errorf("buffer: pending counts: %w", err)
 	}
 	out := make([]int64, len(parts))
 	for i, c := range cmds {
-		out[i] = c.Val()
+		out[i], _ = c.Int64()
 	}
 	return out, nil
 }

@@ -183,6 +183,7 @@ type Writeback struct {
 	SessionCompaction Duration `yaml:"sessionCompaction"` // period of the writeback_applied_sessions compaction (at least 1m)
 	OwnerLease        Duration `yaml:"ownerLease"`        // lifetime of a partition ownership lease
 	PollInterval      Duration `yaml:"pollInterval"`      // how often an idle applier looks for work
+	ApplyDelay        Duration `yaml:"applyDelay"`        // how long a document stays pending before it is applied: writes to it meanwhile reach the store as one row write
 	MaxRetries        int      `yaml:"maxRetries"`        // retries of a failing batch before it is split and what keeps failing dead-lettered; 0: forever
 	RetryBackoff      Duration `yaml:"retryBackoff"`      // first backoff after a store error
 	PinnedMemoryLimit ByteSize `yaml:"pinnedMemoryLimit"` // above it, writes fall back to write-through

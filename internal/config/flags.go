@@ -163,6 +163,8 @@ var bindings = []binding{
 		func(c *Config) *Duration { return &c.Writeback.LeaseWait }),
 	durationBinding("owner-lease", "lifetime of a partition ownership lease; a dead sidecar's partitions move after it",
 		func(c *Config) *Duration { return &c.Writeback.OwnerLease }),
+	durationBinding("apply-delay", "how long a document stays pending before the appliers take it; writes to it meanwhile reach the store as one row write (0: at once)",
+		func(c *Config) *Duration { return &c.Writeback.ApplyDelay }),
 	byteSizeBinding("pinned-memory-limit", "pinned buffered writes above which writes fall back to write-through",
 		func(c *Config) *ByteSize { return &c.Writeback.PinnedMemoryLimit }),
 	stringBinding("instance-id", "this sidecar's name in status and ownership leases (default hostname-pid-random)",

@@ -93,7 +93,7 @@ func TestLoadFull(t *testing.T) {
 		Writeback: Writeback{
 			Partitions: 128, Workers: 8, BatchSize: 256,
 			LeaseLifetime: Duration{250 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
-			PollInterval: Duration{50 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
+			PollInterval: Duration{50 * time.Millisecond}, ApplyDelay: Duration{250 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
 			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "sidecar-a", ImmutableCache: 8 << 20,
 		},
 		Limits: Limits{MaxBodyBytes: 64 << 10},
@@ -236,7 +236,7 @@ func TestLoadPrecedence(t *testing.T) {
 				"--listen=:1", "--listen-resp=:2", "--auth-token=t", "--redis-addrs=r:3",
 				"--redis-mode=sentinel", "--redis-master-name=m", "--redis-password=p", "--redis-replicas=2",
 				"--redis-key-prefix=k", "--partitions=3", "--workers=5", "--batch-size=6",
-				"--lease-lifetime=7ms", "--owner-lease=8s", "--pinned-memory-limit=9MiB",
+				"--lease-lifetime=7ms", "--owner-lease=8s", "--pinned-memory-limit=9MiB", "--apply-delay=2s",
 				"--instance-id=i", "--log-level=warn", "--log-format=json",
 				"--auth-admin-token=a", "--allow-unauthenticated",
 				"--redis-username=u", "--redis-sentinel-password=sp", "--redis-tls", "--redis-tls-ca-file=ca.pem",
@@ -252,7 +252,7 @@ func TestLoadPrecedence(t *testing.T) {
 				}, c.Redis)
 				assert.Equal(t, Writeback{
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
-					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
+					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond}, ApplyDelay: Duration{2 * time.Second},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
 					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "i", ImmutableCache: 64 * MiB,
 				}, c.Writeback)
@@ -436,7 +436,7 @@ func TestBindFlags(t *testing.T) {
 	for _, name := range []string{
 		"config", "listen", "listen-resp", "auth-token", "redis-addrs", "redis-mode", "redis-master-name",
 		"redis-password", "redis-replicas", "redis-key-prefix", "partitions", "workers", "batch-size",
-		"lease-lifetime", "owner-lease", "pinned-memory-limit", "log-level",
+		"lease-lifetime", "owner-lease", "pinned-memory-limit", "apply-delay", "log-level",
 	} {
 		f := fs.Lookup(name)
 		if assert.NotNil(t, f, "flag --%s", name) {

@@ -22,6 +22,9 @@ const (
 
 	MaxPartitions = 16384 // Redis Cluster's slot count: more partitions than slots gain nothing
 	MaxBatchSize  = 10000
+	// MaxApplyDelay bounds writeback.applyDelay: the store may lag the
+	// cache by that long, and everything written meanwhile stays pinned.
+	MaxApplyDelay = time.Hour
 )
 
 var (
@@ -304,6 +307,9 @@ func (c *Config) validateWriteback(v *validator) {
 	v.positive("writeback.ownerLease", w.OwnerLease, "3s")
 	v.positive("writeback.pollInterval", w.PollInterval, "20ms")
 	v.positive("writeback.retryBackoff", w.RetryBackoff, "100ms")
+	if w.ApplyDelay.Duration < 0 || w.ApplyDelay.Duration > MaxApplyDelay {
+		v.addf("writeback.applyDelay: %s is out of range; use a duration from 0 (apply at once) to 1h", w.ApplyDelay)
+	}
 	if w.PollInterval.Duration > 0 && w.OwnerLease.Duration > 0 && w.OwnerLease.Duration < 3*w.PollInterval.Duration {
 		v.addf("writeback.ownerLease: %s is shorter than 3 × writeback.pollInterval (%s), so a live sidecar could lose its partitions; raise ownerLease or lower pollInterval",
 			w.OwnerLease, 3*w.PollInterval.Duration)

@@ -44,6 +44,7 @@ func TestValidateOK(t *testing.T) {
 		{"TLS without verification", func(c *Config) { c.Redis.TLS = RedisTLS{Enabled: true, InsecureSkipVerify: true} }},
 		{"bounds", func(c *Config) {
 			c.Writeback.Partitions, c.Writeback.BatchSize, c.Writeback.MaxRetries = 16384, 10000, 0
+			c.Writeback.ApplyDelay = Duration{time.Hour}
 		}},
 		{"ownerLease exactly 3 polls", func(c *Config) {
 			c.Writeback.PollInterval, c.Writeback.OwnerLease = Duration{time.Second}, Duration{3 * time.Second}
@@ -239,6 +240,10 @@ func TestValidate(t *testing.T) {
 			"writeback.ownerLease: -1s is not positive; use a duration such as 3s"},
 		{"poll interval", func(c *Config) { c.Writeback.PollInterval = Duration{} },
 			"writeback.pollInterval: 0s is not positive; use a duration such as 20ms"},
+		{"negative apply delay", func(c *Config) { c.Writeback.ApplyDelay = Duration{-time.Second} },
+			"writeback.applyDelay: -1s is out of range; use a duration from 0 (apply at once) to 1h"},
+		{"apply delay over an hour", func(c *Config) { c.Writeback.ApplyDelay = Duration{61 * time.Minute} },
+			"writeback.applyDelay: 1h1m0s is out of range; use a duration from 0 (apply at once) to 1h"},
 		{"retry backoff", func(c *Config) { c.Writeback.RetryBackoff = Duration{} },
 			"writeback.retryBackoff: 0s is not positive; use a duration such as 100ms"},
 		{"owner lease under 3 polls", func(c *Config) {

@@ -139,6 +139,7 @@ func NewCore(ctx context.Context, cfg *config.Config, reg prometheus.Registerer,
 		BatchSize:    wb.BatchSize,
 		OwnerLease:   wb.OwnerLease.Duration,
 		PollInterval: wb.PollInterval.Duration,
+		ApplyDelay:   wb.ApplyDelay.Duration,
 		MaxRetries:   wb.MaxRetries,
 		RetryBackoff: wb.RetryBackoff.Duration,
 	}, s.buf, applied, s.m, log)
