@@ -25,12 +25,8 @@ func BenchmarkApplySessionsJoined(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			s, err := Open(ctx, cfg.Driver, cfg.DSN)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			h := &harness{driver: cfg.Driver, dsn: cfg.DSN, s: s}
+			h := benchHarness(b, ctx, cfg)
+			s := h.s
 			ss, _ := Sessions(s)
 			if err := ss.PrepareSessions(ctx); err != nil {
 				b.Fatal(err)
@@ -111,12 +107,8 @@ func BenchmarkApplySeveralChanges(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			s, err := Open(ctx, cfg.Driver, cfg.DSN)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			h := &harness{driver: cfg.Driver, dsn: cfg.DSN, s: s}
+			h := benchHarness(b, ctx, cfg)
+			s := h.s
 			tbl := h.describe(b, numbersDDL)
 			coll := testenv.UniqueName(b, "c")
 			const docs = 128
@@ -142,4 +134,16 @@ func BenchmarkApplySeveralChanges(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchHarness opens the store cfg names for benchmark b, which closes it
+// when it ends.
+func benchHarness(b *testing.B, ctx context.Context, cfg testenv.Store) *harness {
+	b.Helper()
+	s, err := Open(ctx, cfg.Driver, cfg.DSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return &harness{driver: cfg.Driver, dsn: cfg.DSN, s: s}
 }
