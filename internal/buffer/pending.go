@@ -39,35 +39,37 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, ARGV[2])
 
 // pendingRound reads each of parts' pending index in one round trip: its
 // size (limit 0) or up to limit members, the longest pending first; with
-// age > 0 only the members pending for at least age (agedScript).
+// age > 0 only the members pending for at least age (agedScript, which
+// changes nothing: no replica needs to confirm it).
 func (b *Buffer) pendingRound(ctx context.Context, parts []int, age time.Duration, limit int64) ([]*redis.Cmd, error) {
-	for attempt := 0; ; attempt++ {
-		pipe := b.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(parts))
+	cmds := make([]*redis.Cmd, len(parts))
+	if age > 0 {
+		calls := make([]rscript.Call, len(parts))
 		for i, p := range parts {
-			key := b.pendingKey(p)
-			switch {
-			case age > 0:
-				cmds[i] = agedScript.EvalSha(ctx, pipe, []string{key}, age.Milliseconds(), limit)
-			case limit == 0:
-				cmds[i] = pipe.Do(ctx, "ZCARD", key)
-			default:
-				cmds[i] = pipe.Do(ctx, "ZRANGE", key, 0, limit-1)
-			}
+			calls[i] = rscript.Call{Script: agedScript, Keys: []string{b.pendingKey(p)}, Args: []any{age.Milliseconds(), limit}}
 		}
-		_, err := pipe.Exec(ctx)
-		if rscript.IsNoScript(err) && attempt == 0 {
-			// First use on this server: load the script, and again.
-			if err := agedScript.Load(ctx, b.rdb).Err(); err != nil {
-				return nil, err
+		replies, errs, _ := rscript.Durable{Client: b.rdb}.RunAll(ctx, calls)
+		for i := range calls {
+			if errs[i] != nil {
+				return nil, errs[i]
 			}
-			continue
-		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
+			cmds[i] = redis.NewCmd(ctx)
+			cmds[i].SetVal(replies[i])
 		}
 		return cmds, nil
 	}
+	pipe := b.rdb.Pipeline()
+	for i, p := range parts {
+		if limit == 0 {
+			cmds[i] = pipe.Do(ctx, "ZCARD", b.pendingKey(p))
+		} else {
+			cmds[i] = pipe.Do(ctx, "ZRANGE", b.pendingKey(p), 0, limit-1)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	return cmds, nil
 }
 
 // DocRef names a document in the pending index: its partition and member.
