@@ -226,8 +226,9 @@ func TestEmbeddedCrashRecovery(t *testing.T) {
 			if err := m.check(r.N, r.S.String); err != nil {
 				t.Errorf("%s row %d: %v", db, id+1, err)
 			}
-			// Three reads through the member: a miss or a hit, a lease, a
-			// near-cache hit; all see what the database holds.
+			// Three reads through the member: the first takes a lease (by
+			// its fill on a miss in Redis), the others are near-cache hits;
+			// all see what the database holds.
 			for _, s := range []*sidecar{final, final, final, side} {
 				raw, _, err := s.c.Get(context.Background(), e.coll(db), strconv.Itoa(id+1))
 				if err != nil {

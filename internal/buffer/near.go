@@ -42,6 +42,10 @@ var luaNearCheck = fmt.Sprintf("local LEASED = %d\n", replyLeased) + `
 local near_waiting = false -- near_check found a writer waiting for holders
 -- This holder's field as near_check found it (false: none).
 local near_own_exp, near_own_gen = false, false
+-- The lease record near_check left in place because it held only this
+-- holder's field, which the write's grant (near_grant) replaces; if the
+-- write is buffered without one, near_done deletes the record.
+local near_keep = false
 -- near_keys returns a document's partition tag and member from its
 -- partition's pending index ("<tag>pending") and its cache entry
 -- ("<tag>c:<member>"); its lease record is tag .. 'l:' .. member.
@@ -51,7 +55,7 @@ end
 local function near_check(pending, ck, hot)
   local tag, member = near_keys(pending, ck)
   local lk = tag .. 'l:' .. member
-  near_waiting, near_own_exp, near_own_gen = false, false, false
+  near_waiting, near_own_exp, near_own_gen, near_keep = false, false, false, false
   local hs = redis.call('HGETALL', lk)
   if #hs > 0 then
     local now = tonumber(ms)
@@ -82,7 +86,11 @@ local function near_check(pending, ck, hot)
       end
       return {LEASED, last - now}
     end
-    redis.call('DEL', lk)
+    if #hs == 2 and hs[1] == holder then
+      near_keep = lk
+    else
+      redis.call('DEL', lk)
+    end
   end
   -- The hot mark is the caller's to set, once the write is buffered: a
   -- write refused later (a patch of a missing document) leaves none.
@@ -112,7 +120,55 @@ local function near_grant(pending, ck, gen, ttl, copygen)
     if #h == 0 then return nil end
   end
   redis.call('HSET', tag .. 'l:' .. member, holder, (tonumber(ms) + ttl) .. ':' .. gen)
+  near_keep = false
   return h
+end
+
+-- near_done ends a buffered write: the lease record near_check kept goes
+-- unless the write's grant replaced this holder's field in it. Every write
+-- removes the names of the leases on the value it replaces before anyone
+-- sees it.
+local function near_done()
+  if near_keep then
+    redis.call('DEL', near_keep)
+    near_keep = false
+  end
+end
+`
+
+// luaGrant grants a holder a read lease on a document's value, which the
+// calling script read or installed: grant_lease(lk, hk, holder, gen, ttl)
+// returns LeaseGranted, or LeaseHot (the document is hot: its hot mark hk
+// exists) or LeaseRevoking (a writer waits for the holders of its lease
+// record lk) and grants nothing. Needs luaEntry.
+const luaGrant = `
+local function grant_lease(lk, hk, holder, gen, ttl)
+  if redis.call('EXISTS', hk) == 1 then return 2 end
+  local now = now_ms()
+  local x = redis.call('HGET', lk, 'x')
+  if x then
+    if tonumber(x) > now then return 3 end
+    redis.call('HDEL', lk, 'x')
+  end
+  -- Holders that never released (crashed, or their copy was evicted)
+  -- leave expired fields: clean them up once there are many.
+  if redis.call('HLEN', lk) >= 16 then
+    local hs = redis.call('HGETALL', lk)
+    for j = 1, #hs, 2 do
+      local exp = lease_field(hs[j + 1])
+      if exp and exp <= now then
+        redis.call('HDEL', lk, hs[j])
+      end
+    end
+  end
+  -- A holder's field keeps its latest generation and the latest expiry of
+  -- all its grants (Redis's clock may step back): a writer must not see it
+  -- expire before any of its copies.
+  local exp = now + tonumber(ttl)
+  local cur = redis.call('HGET', lk, holder)
+  if cur then exp = math.max(exp, (lease_field(cur))) end
+  redis.call('HSET', lk, holder, exp .. ':' .. gen)
+  return 1
 end
 `
 
@@ -122,35 +178,10 @@ end
 // KEYS: 1 cache entry, 2 lease record, 3 hot mark. ARGV: 1 holder,
 // 2 generation, 3 lease lifetime ms. Returns {0} on a miss, else {outcome,
 // fields} (outcome: LeaseGranted, LeaseHot, LeaseRevoking).
-var leaseScript = redis.NewScript(luaEntry + `
+var leaseScript = redis.NewScript(luaEntry + luaGrant + `
 local h = redis.call('HGETALL', KEYS[1])
 if #h == 0 then return {0} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {2, h} end
-local now = now_ms()
-local x = redis.call('HGET', KEYS[2], 'x')
-if x then
-  if tonumber(x) > now then return {3, h} end
-  redis.call('HDEL', KEYS[2], 'x')
-end
--- Holders that never released (crashed, or their copy was evicted)
--- leave expired fields: clean them up once there are many.
-if redis.call('HLEN', KEYS[2]) >= 16 then
-  local hs = redis.call('HGETALL', KEYS[2])
-  for j = 1, #hs, 2 do
-    local exp = lease_field(hs[j + 1])
-    if exp and exp <= now then
-      redis.call('HDEL', KEYS[2], hs[j])
-    end
-  end
-end
--- A holder's field keeps its latest generation and the latest expiry of
--- all its grants (Redis's clock may step back): a writer must not see it
--- expire before any of its copies.
-local exp = now + tonumber(ARGV[3])
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if cur then exp = math.max(exp, (lease_field(cur))) end
-redis.call('HSET', KEYS[2], ARGV[1], exp .. ':' .. ARGV[2])
-return {1, h}
+return {grant_lease(KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]), h}
 `)
 
 // releaseScript gives a lease back if it is still the generation the

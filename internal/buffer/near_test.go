@@ -47,7 +47,7 @@ func TestExtendLeases(t *testing.T) {
 		v, _ := holder.rdb.HGet(ctx, holder.LeaseRecord("c", id), "holder").Result()
 		return v
 	}
-	for id := range 9 {
+	for id := range 11 {
 		ttl := time.Second
 		if id == 1 || id == 6 {
 			ttl = 20 * time.Millisecond // expired by the time it is extended
@@ -97,6 +97,23 @@ func TestExtendLeases(t *testing.T) {
 	if got := extend("2", 1, 5); got != 0 {
 		t.Fatalf("extension after the holder's own write: %v, want 0", got)
 	}
+	// Its own write that asks for no lease (it held no copy), or whose
+	// grant is refused (the document is hot), takes the name away too.
+	if got := put(holder, "9", 1, WriteOptions{Near: true}); got != Buffered {
+		t.Fatalf("own write without a grant: %v", got)
+	}
+	if got := extend("9", 1, 13); got != 0 {
+		t.Fatalf("extension after the holder's own write without a grant: %v, want 0", got)
+	}
+	if err := holder.rdb.Set(ctx, holder.hotKey(holder.Partition("c", "10"), Member("c", "10")), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := put(holder, "10", 1, WriteOptions{Near: true, Grant: 14}); got != Buffered {
+		t.Fatalf("own write of a hot document: %v", got)
+	}
+	if f := field("10"); f != "" {
+		t.Fatalf("lease field %q after the holder's own write of a hot document, want none", f)
+	}
 	// A write waiting for the holders (another holder's lease), or a hot
 	// document, gets no extension.
 	if err := holder.rdb.HSet(ctx, holder.LeaseRecord("c", "3"), "x", time.Now().Add(time.Minute).UnixMilli()).Err(); err != nil {
@@ -134,6 +151,106 @@ func TestExtendLeases(t *testing.T) {
 	}
 	if got := extend("5", 1, 8); got != 0 {
 		t.Fatalf("extension of a released lease: %v, want 0", got)
+	}
+}
+
+// A fill after a miss leases the value it installs to the reader, as a
+// lease read of a hit would: another sidecar's write then waits for the
+// reader. A write since the miss voids the fill and its lease; a hot
+// document or a waiting writer gets the value installed but no lease.
+func TestFillLease(t *testing.T) {
+	ctx, s := context.Background(), schema(t)
+	holder, other := twoSidecars(t)
+	write := func(b *Buffer, id string, n int, o WriteOptions) Outcome {
+		t.Helper()
+		c, _ := change.ParsePut(s, id, []byte(fmt.Sprintf(`{"n":%d}`, n)))
+		o.TTL = time.Minute
+		rs, errs := b.WriteBatch(ctx, []WriteRequest{{Coll: "c", ID: id, Change: c, Schema: s, Options: o}})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		return rs[0].Outcome
+	}
+	// miss evicts id's cache entry and reads it, which misses and takes an
+	// I lease under the token it returns.
+	miss := func(id string) string {
+		t.Helper()
+		if err := holder.Evict(ctx, "c", id); err != nil {
+			t.Fatal(err)
+		}
+		tok := NewToken()
+		r, err := holder.Read(ctx, "c", id, tok)
+		if err != nil || r.Hit {
+			t.Fatalf("read of evicted %s: %+v %v", id, r, err)
+		}
+		return tok
+	}
+	fill := func(id, tok string, gen uint64) (bool, LeaseOutcome) {
+		t.Helper()
+		doc := change.Doc{"id": []byte(`"` + id + `"`), "n": []byte("1")}
+		ok, o, err := holder.FillLease(ctx, NearRead{Coll: "c", ID: id, Gen: gen, TTL: time.Minute}, tok, doc, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok, o
+	}
+	field := func(id string) string {
+		v, _ := holder.rdb.HGet(ctx, holder.LeaseRecord("c", id), "holder").Result()
+		return v
+	}
+	for id := range 5 {
+		write(other, fmt.Sprint(id), 1, WriteOptions{})
+	}
+
+	// Granted: the entry is the value, the field names the generation, and
+	// another sidecar's write waits for the holder.
+	if ok, o := fill("0", miss("0"), 7); !ok || o != LeaseGranted {
+		t.Fatalf("fill of 0: installed %v, outcome %v; want installed and granted", ok, o)
+	}
+	if h, _ := holder.rdb.HGetAll(ctx, holder.cacheKey(holder.Partition("c", "0"), Member("c", "0"))).Result(); h["n"] != "1" {
+		t.Fatalf("entry after the fill: %v", h)
+	}
+	if f := field("0"); len(f) < 2 || f[len(f)-2:] != ":7" {
+		t.Fatalf("lease field %q after the fill, want generation 7", f)
+	}
+	if got := write(other, "0", 2, WriteOptions{Near: true}); got != Leased {
+		t.Fatalf("another sidecar's write of a document leased by a fill: %v, want Leased", got)
+	}
+
+	// A write between the miss and the fill voids both.
+	tok := miss("1")
+	if got := write(other, "1", 2, WriteOptions{Near: true}); got != Buffered {
+		t.Fatalf("write with no holder: %v", got)
+	}
+	if ok, o := fill("1", tok, 8); ok || o != 0 {
+		t.Fatalf("fill after a write: installed %v, outcome %v; want neither", ok, o)
+	}
+	if f := field("1"); f != "" {
+		t.Fatalf("lease field %q after a voided fill", f)
+	}
+
+	// Hot, or a writer waiting: installed, not leased.
+	if err := holder.rdb.Set(ctx, holder.hotKey(holder.Partition("c", "2"), Member("c", "2")), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, o := fill("2", miss("2"), 9); !ok || o != LeaseHot || field("2") != "" {
+		t.Fatalf("fill of a hot document: installed %v, outcome %v, field %q; want installed, hot, none", ok, o, field("2"))
+	}
+	if err := holder.rdb.HSet(ctx, holder.LeaseRecord("c", "3"), "x", time.Now().Add(time.Minute).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, o := fill("3", miss("3"), 10); !ok || o != LeaseRevoking || field("3") != "" {
+		t.Fatalf("fill while a writer waits: installed %v, outcome %v, field %q; want installed, revoking, none", ok, o, field("3"))
+	}
+
+	// A missing document: nothing installed, nothing leased, the I lease
+	// given back.
+	tok = miss("4")
+	if ok, o, err := holder.FillLease(ctx, NearRead{Coll: "c", ID: "4", Gen: 11, TTL: time.Minute}, tok, nil, time.Minute); err != nil || ok || o != 0 || field("4") != "" {
+		t.Fatalf("fill of nothing: installed %v, outcome %v, field %q, %v", ok, o, field("4"), err)
+	}
+	if n, _ := holder.rdb.HLen(ctx, holder.ileaseKey(holder.Partition("c", "4"), Member("c", "4"))).Result(); n != 0 {
+		t.Fatalf("%d I leases left after a fill of nothing", n)
 	}
 }
 

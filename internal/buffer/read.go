@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/writeback/writeback/internal/change"
+	"github.com/writeback/writeback/internal/rscript"
 )
 
 // ReadResult is what Read found.
@@ -114,6 +116,58 @@ func (b *Buffer) Fill(ctx context.Context, coll, id, token string, doc change.Do
 		return false, fmt.Errorf("buffer: fill: %w", err)
 	}
 	return n == 1, nil
+}
+
+// FillLease is Fill for a near-cached collection (r names the document,
+// this sidecar's request number and the lease lifetime): the value it
+// installs is also leased to this sidecar (Instance), in the same atomic
+// step, as LeaseRead leases a hit. installed is false when a write voided
+// the I lease; outcome is LeaseGranted (the caller may keep doc as its copy
+// until the deadline it computes from when it sent this call),
+// LeaseUnconfirmed (granted, but the replicas did not confirm it), LeaseHot
+// or LeaseRevoking (no lease). With the replicas short, it fills without
+// a lease (outcome 0).
+func (b *Buffer) FillLease(ctx context.Context, r NearRead, token string, doc change.Doc, ttl time.Duration) (installed bool, outcome LeaseOutcome, err error) {
+	if doc == nil {
+		// Nothing to install, nothing to lease: give the I lease back.
+		_, err := b.Fill(ctx, r.Coll, r.ID, token, nil, 0)
+		return false, 0, err
+	}
+	part := b.Partition(r.Coll, r.ID)
+	m := Member(r.Coll, r.ID)
+	args := make([]any, 0, 5+2*len(doc))
+	args = append(args, token, ttlMillis(ttl), b.Instance, strconv.FormatUint(r.Gen, 10), r.TTL.Milliseconds())
+	for f, v := range doc {
+		args = append(args, f, []byte(v))
+	}
+	// As a lease read's: the lease must reach the replicas before the
+	// holder serves under it.
+	reply, repl, err := b.durable().Run(ctx, rscript.Call{
+		Script: fillLeaseScript,
+		Keys:   []string{b.cacheKey(part, m), b.ileaseKey(part, m), b.leaseKey(part, m), b.hotKey(part, m)},
+		Args:   args,
+	})
+	var short *rscript.ShortfallError
+	if errors.As(err, &short) {
+		// Refused unrun: a fill needs no replica, only its lease does.
+		ok, err := b.Fill(ctx, r.Coll, r.ID, token, doc, ttl)
+		return ok, 0, err
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("buffer: fill: %w", err)
+	}
+	code, ok := reply.(int64)
+	if !ok {
+		return false, 0, errors.New("buffer: fill: malformed reply")
+	}
+	if code == 0 {
+		return false, 0, nil
+	}
+	outcome = LeaseOutcome(code)
+	if outcome == LeaseGranted && repl != nil {
+		outcome = LeaseUnconfirmed
+	}
+	return true, outcome, nil
 }
 
 // Evict deletes a document's cache entry (never its buffered write). Tests

@@ -33,11 +33,11 @@ end
 
 // luaPop removes the entries with seq <= last from the head of the
 // buffered write bw and re-scores or removes the document in the pending
-// index (pop_entries, which returns how many entries and bytes it removed
-// and 1 if it removed the document from the index: the counters to take
-// off the partition's stats, which a caller popping many documents updates
-// once); pop_prefix also updates the counters and returns how many entries
-// it removed.
+// index (pop_entries, which returns how many entries and bytes it removed:
+// the counters to take off the partition's stats, which a caller popping
+// many documents updates once); pop_prefix also updates the counters and
+// returns how many entries it removed. The pending documents are not
+// counted: the pending index's ZCARD is their number.
 const luaPop = `
 local function pop_entries(bw, pending, member, last)
   local popped, bytes = 0, 0
@@ -49,27 +49,23 @@ local function pop_entries(bw, pending, member, last)
     bytes = bytes + #head
     head = redis.call('LINDEX', bw, 0)
   end
-  local gone = 0
   if not head then
-    gone = redis.call('ZREM', pending, member)
+    redis.call('ZREM', pending, member)
   elseif popped > 0 then
     local _, ms = entry_seq_ms(head)
     redis.call('ZADD', pending, 'XX', ms, member)
   end
-  return popped, bytes, gone
+  return popped, bytes
 end
-local function take_stats(stats, popped, bytes, gone)
+local function take_stats(stats, popped, bytes)
   if popped > 0 then
     redis.call('HINCRBY', stats, 'changes', -popped)
     redis.call('HINCRBY', stats, 'bytes', -bytes)
   end
-  if gone > 0 then
-    redis.call('HINCRBY', stats, 'docs', -gone)
-  end
 end
 local function pop_prefix(bw, pending, stats, member, last)
-  local popped, bytes, gone = pop_entries(bw, pending, member, last)
-  take_stats(stats, popped, bytes, gone)
+  local popped, bytes = pop_entries(bw, pending, member, last)
+  take_stats(stats, popped, bytes)
   return popped
 end
 `
@@ -160,7 +156,7 @@ local ms = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- The current group's counters, and its sequence: seq is the last one
 -- given out, written back once at the end of the group.
-local changes, bytes, docs = 0, 0, 0
+local changes, bytes = 0, 0
 local seq = 0
 -- Whether the current group buffered a put or a delete: only those change
 -- which documents exist (a patch of a missing document is NOT_FOUND).
@@ -211,6 +207,7 @@ end
 -- sequence are pending and seqk: its keys are ck, bw, il and its arguments
 -- ARGV[a..z].
 local function write(pending, seqk, ck, bw, il, a, z)
+  near_keep = false -- an earlier write's, which returned before buffering
   local body, flags, ttl, token = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local kind = string.sub(body, 1, 1)
   local mode = string.sub(flags, 1, 1)
@@ -361,7 +358,6 @@ local function write(pending, seqk, ck, bw, il, a, z)
     -- Pending from now on; the member is the cache entry's name after the
     -- tag and "c:".
     redis.call('ZADD', pending, 'NX', ms, string.sub(ck, #pending - 4))
-    docs = docs + 1
   end
   -- A reader that missed before this write may be computing an older value:
   -- void its I lease so that it cannot install it.
@@ -445,6 +441,7 @@ local function write(pending, seqk, ck, bw, il, a, z)
     if not (only_sets and kind == 'U' and mode == 'u' and ARGV[a + 4] == '-') then copygen = nil end
     entry = near_grant(pending, ck, grant, grantms, copygen)
   end
+  near_done()
   if counting then return {s, added, removed, value, entry} end
   return {s, entry}
 end
@@ -466,7 +463,7 @@ while k < #KEYS do
   local seqok = cur ~= false and tonumber(cur) >= floor
   if seqok then seq = tonumber(cur) end
   local first = seq
-  changes, bytes, docs = 0, 0, 0
+  changes, bytes = 0, 0
   for w = 1, nw do
     local n = tonumber(ARGV[a])
     local ok, r = true, {LOST_SEQ}
@@ -492,7 +489,6 @@ while k < #KEYS do
   if changes > 0 then
     redis.call('HINCRBY', sk, 'changes', changes)
     redis.call('HINCRBY', sk, 'bytes', bytes)
-    if docs > 0 then redis.call('HINCRBY', sk, 'docs', docs) end
   end
 end
 return out
@@ -512,20 +508,45 @@ redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {0, redis.call('LRANGE', KEYS[2], 0, -1)}
 `)
 
-// fillScript installs a value computed after a miss, but only if the
-// caller's I lease survived: every write since the miss voided it.
+// luaFill installs a value computed after a miss, but only if the caller's
+// I lease survived: every write since the miss voided it. fill(ck, il,
+// token, ttl, from) installs ARGV[from..] (field/value pairs; none: just
+// give the lease back) as cache entry ck and returns 1, or returns 0.
+const luaFill = `
+local function fill(ck, il, token, ttl, from)
+  if redis.call('HDEL', il, token) == 0 then return 0 end
+  if #ARGV < from then return 0 end
+  redis.call('DEL', ck)
+  -- In slices: unpack puts its values on the Lua stack.
+  for s = from, #ARGV, 1000 do
+    redis.call('HSET', ck, unpack(ARGV, s, math.min(s + 999, #ARGV)))
+  end
+  redis.call('PEXPIRE', ck, ttl)
+  return 1
+end
+`
+
+// fillScript is luaFill's call.
 //
 // KEYS: 1 cache entry, 2 I leases. ARGV: 1 token, 2 TTL ms, then field/value
-// pairs (none: just give the lease back). Returns 1 when installed.
-var fillScript = redis.NewScript(`
-if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
-if #ARGV < 3 then return 0 end
-redis.call('DEL', KEYS[1])
-for j = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1])
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+// pairs. Returns 1 when installed.
+var fillScript = redis.NewScript(luaFill + `
+return fill(KEYS[1], KEYS[2], ARGV[1], ARGV[2], 3)
+`)
+
+// fillLeaseScript is fillScript for a near-cached collection: once the
+// value is installed it also grants the caller a read lease on it
+// (luaGrant), as a lease request on a hit would, so that the reader keeps
+// the value it computed as its near-cache copy without a round trip of its
+// own.
+//
+// KEYS: 1 cache entry, 2 I leases, 3 lease record, 4 hot mark. ARGV:
+// 1 token, 2 TTL ms, 3 holder, 4 generation, 5 lease lifetime ms, then
+// field/value pairs. Returns 0 when nothing was installed, else the
+// lease's outcome (LeaseGranted, LeaseHot, LeaseRevoking).
+var fillLeaseScript = redis.NewScript(luaEntry + luaGrant + luaFill + `
+if fill(KEYS[1], KEYS[2], ARGV[1], ARGV[2], 6) == 0 then return 0 end
+return grant_lease(KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5])
 `)
 
 // trimScript removes applied prefixes after the store committed them.
@@ -533,13 +554,13 @@ return 1
 // KEYS: 1 pending index, 2 stats, then one buffered write per document.
 // ARGV: per document its pending member and the last applied seq.
 var trimScript = redis.NewScript(luaEntry + luaPop + `
-local total, bytes, gone = 0, 0, 0
+local total, bytes = 0, 0
 for k = 3, #KEYS do
   local a = 2 * (k - 3) + 1
-  local p, b, g = pop_entries(KEYS[k], KEYS[1], ARGV[a], tonumber(ARGV[a + 1]))
-  total, bytes, gone = total + p, bytes + b, gone + g
+  local p, b = pop_entries(KEYS[k], KEYS[1], ARGV[a], tonumber(ARGV[a + 1]))
+  total, bytes = total + p, bytes + b
 end
-take_stats(KEYS[2], total, bytes, gone)
+take_stats(KEYS[2], total, bytes)
 return total
 `)
 

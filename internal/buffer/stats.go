@@ -39,10 +39,12 @@ func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 	hs := make([]*redis.MapStringStringCmd, b.parts)
 	zs := make([]*redis.ZSliceCmd, b.parts)
 	ds := make([]*redis.IntCmd, b.parts)
+	ns := make([]*redis.IntCmd, b.parts)
 	t := pipe.Time(ctx)
 	for p := range b.parts {
 		hs[p] = pipe.HGetAll(ctx, b.statsKey(p))
 		zs[p] = pipe.ZRangeWithScores(ctx, b.pendingKey(p), 0, 0)
+		ns[p] = pipe.ZCard(ctx, b.pendingKey(p)) // the pending documents
 		ds[p] = pipe.MemoryUsage(ctx, b.deadKey(p))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -55,12 +57,13 @@ func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 		h := hs[p].Val()
 		n := func(k string) int64 { v, _ := strconv.ParseInt(h[k], 10, 64); return v }
 		st.PendingChanges += n("changes")
-		st.PendingDocuments += n("docs")
+		docs := ns[p].Val()
+		st.PendingDocuments += docs
 		st.ChangeBytes += n("bytes")
-		st.PinnedBytes += n("bytes") + n("docs")*PendingDocOverhead + ds[p].Val()
+		st.PinnedBytes += n("bytes") + docs*PendingDocOverhead + ds[p].Val()
 		st.DeadLetters += n("dead")
 		st.DeadLettersDropped += n("deaddropped")
-		st.PartitionPending[p] = n("docs")
+		st.PartitionPending[p] = docs
 		if z := zs[p].Val(); len(z) > 0 {
 			if ms := int64(z[0].Score); oldest == 0 || ms < oldest {
 				oldest = ms

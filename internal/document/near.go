@@ -382,9 +382,12 @@ func (s *Service) view(ctx context.Context, c *Collection, id string) (View, err
 			return v, nil
 		}
 	}
-	doc, err := s.getRedis(ctx, c, id)
+	doc, e, err := s.readThrough(ctx, c, id, true)
 	if err != nil {
 		return View{}, err
+	}
+	if e != nil {
+		return View{e: e}, nil
 	}
 	return View{doc: doc}, nil
 }
@@ -426,7 +429,11 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 				continue
 			}
 			go func() {
-				doc, err := s.getRedis(ctx, r.Coll, r.ID)
+				doc, e, err := s.readThrough(ctx, r.Coll, r.ID, true)
+				if e != nil {
+					done(i, e, e.Hash, err)
+					return
+				}
 				done(i, nil, hashOf(doc), err)
 			}()
 			continue
@@ -435,30 +442,37 @@ func (s *Service) leaseMany(ctx context.Context, refs []Ref, is []int, done func
 			s.m.CacheHits.WithLabelValues(r.Coll.Name).Inc()
 		}
 		h := res[k].Hash
-		if res[k].Outcome != buffer.LeaseGranted {
-			n.leases[res[k].Outcome].Inc()
-			if res[k].Outcome == buffer.LeaseHot {
-				// Written within the window, at most a window ago: skip
-				// the lease requests for half of it.
-				n.cache.MarkHot(r.ID, sent+int64(n.cfg.HotWindow/2))
-			}
-			if res[k].Outcome == buffer.LeaseUnconfirmed {
-				s.releaseLater(r, reqs[k].Gen)
-			}
-			done(i, nil, h, nil)
-			continue
-		}
-		e := nearcache.NewEntry(h, reqs[k].Gen, sent+int64(n.cfg.LeaseTTL-LeaseMargin))
-		if !n.cache.Install(tickets[k], e) {
-			// A revocation or a local write came in between: the value
-			// is good for this read (read while the lease was valid) but
-			// no copy is kept, and the lease goes back.
-			n.refuse.Inc()
-			s.releaseLater(r, e.Gen)
-			done(i, nil, h, nil)
-			continue
-		}
-		n.leases[buffer.LeaseGranted].Inc()
-		done(i, e, h, nil)
+		done(i, s.keepLeased(r, tickets[k], reqs[k].Gen, sent, res[k].Outcome, h), h, nil)
 	}
+}
+
+// keepLeased installs h, the value of r read under a lease request of
+// generation gen sent at sent (with ticket t taken before), as this
+// sidecar's copy if Redis granted the lease (outcome), and returns the
+// copy; nil when it keeps none (and gives back a lease it got).
+func (s *Service) keepLeased(r Ref, t nearcache.Ticket, gen uint64, sent int64, outcome buffer.LeaseOutcome, h Hash) *nearcache.Entry {
+	n := r.Coll.near
+	if outcome != buffer.LeaseGranted {
+		n.leases[outcome].Inc()
+		if outcome == buffer.LeaseHot {
+			// Written within the window, at most a window ago: skip the
+			// lease requests for half of it.
+			n.cache.MarkHot(r.ID, sent+int64(n.cfg.HotWindow/2))
+		}
+		if outcome == buffer.LeaseUnconfirmed {
+			s.releaseLater(r, gen)
+		}
+		return nil
+	}
+	e := nearcache.NewEntry(h, gen, sent+int64(n.cfg.LeaseTTL-LeaseMargin))
+	if !n.cache.Install(t, e) {
+		// A revocation or a local write came in between: the value is good
+		// for this read (read while the lease was valid) but no copy is
+		// kept, and the lease goes back.
+		n.refuse.Inc()
+		s.releaseLater(r, e.Gen)
+		return nil
+	}
+	n.leases[buffer.LeaseGranted].Inc()
+	return e
 }

@@ -35,29 +35,59 @@ func (s *Service) get(ctx context.Context, c *Collection, id string) (change.Doc
 
 // getRedis is the read path without the near cache.
 func (s *Service) getRedis(ctx context.Context, c *Collection, id string) (change.Doc, error) {
+	doc, _, err := s.readThrough(ctx, c, id, false)
+	return doc, err
+}
+
+// readThrough reads a document from Redis, or on a miss there computes it
+// from its buffered write and store row and installs it in Redis. With
+// lease (a near-cached collection) the install also leases the value to
+// this sidecar, which keeps it as its near-cache copy (e) when Redis
+// granted the lease: a document read once is served from the near cache
+// from its next read on, whether Redis held it or not.
+func (s *Service) readThrough(ctx context.Context, c *Collection, id string, lease bool) (doc change.Doc, e *nearcache.Entry, err error) {
 	tok := buffer.NewToken()
+	var t nearcache.Ticket
+	if lease = lease && c.near != nil; lease {
+		// Before any request: a revocation or local write of the
+		// document from now on refuses the copy.
+		t = c.near.cache.Ticket(id)
+	}
 	r, err := s.buf.Read(ctx, c.Name, id, tok)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if r.Hit {
 		s.m.CacheHits.WithLabelValues(c.Name).Inc()
-		return r.Doc, nil
+		return r.Doc, nil, nil
 	}
 	s.m.CacheMisses.WithLabelValues(c.Name).Inc()
-	doc, err := s.merge(ctx, c, id, r.Pending)
+	doc, err = s.merge(ctx, c, id, r.Pending)
 	if err != nil {
 		_, _ = s.buf.Fill(ctx, c.Name, id, tok, nil, 0)
-		return nil, err
+		return nil, nil, err
 	}
 	// Installs doc only if no write voided the lease since the miss.
-	if _, err := s.buf.Fill(ctx, c.Name, id, tok, doc, c.ttl()); err != nil {
-		return nil, err
+	switch {
+	case !lease || doc == nil:
+		_, err = s.buf.Fill(ctx, c.Name, id, tok, doc, c.ttl())
+	default:
+		nr := buffer.NearRead{Coll: c.Name, ID: id, Gen: s.near.gen.Add(1), TTL: c.near.cfg.LeaseTTL}
+		sent := nearcache.Now() // the copy's deadline counts from here
+		var installed bool
+		var outcome buffer.LeaseOutcome
+		installed, outcome, err = s.buf.FillLease(ctx, nr, tok, doc, c.ttl())
+		if err == nil && installed && outcome != 0 {
+			e = s.keepLeased(Ref{Coll: c, ID: id}, t, nr.Gen, sent, outcome, hashOf(doc))
+		}
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	if doc == nil {
-		return nil, ErrNotFound
+		return nil, nil, ErrNotFound
 	}
-	return doc, nil
+	return doc, e, nil
 }
 
 // merge computes a document's value from its buffered write, read at the

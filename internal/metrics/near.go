@@ -12,7 +12,7 @@ const (
 	LeaseHot       = "hot"         // written within the hot window: served from Redis, no lease
 	LeaseRevoking  = "revoking"    // a writer waits for the holders: no lease
 	LeaseRefused   = "refused"     // granted, but a revocation or a local write came first: no copy kept
-	LeaseUncached  = "uncached"    // a miss: the value came from the store, no lease
+	LeaseUncached  = "uncached"    // a miss in Redis: the value came from the store (its fill leased like a hit)
 	LeaseUnconfirm = "unconfirmed" // granted, but the replicas did not confirm it: no copy kept
 )
 
