@@ -203,8 +203,9 @@ return 1
 // reading the entry again: its holder field must still name the
 // generation of the copy (old), which proves that nothing was written to
 // the document since that copy's grant — every write deletes the record's
-// fields before it becomes visible (near_check) and a sidecar's own write
-// is granted under a new generation (near_grant) — so the copy still holds
+// fields before it becomes visible (near_check), but for the writer's own,
+// which its grant replaces under a new generation (near_grant) or the
+// write deletes once buffered (near_done) — so the copy still holds
 // the document's value. The field then names the new generation (new), so
 // that a release of the old one, in flight, does not take the extension
 // away. Refused, like a grant, while the document is hot or a writer waits
@@ -213,23 +214,37 @@ return 1
 // the record, a Redis that went back to an older snapshot may show the
 // field again.
 //
-// KEYS: 1 lease record, 2 hot mark. ARGV: 1 holder, 2 old generation,
-// 3 new generation, 4 lease lifetime ms. Returns 0 when the field is gone
-// or names another generation (lease the document again), else a
-// LeaseOutcome (LeaseGranted: extended).
+// One call extends the leases of several documents of one partition (its
+// keys share the partition's hash tag), each as its own step, reading
+// Redis's clock once.
+//
+// KEYS: per document its lease record and hot mark. ARGV: 1 holder, then
+// per document its old generation, new generation and lease lifetime ms.
+// Returns per document 0 when the field is gone or names another
+// generation (lease the document again), else a LeaseOutcome
+// (LeaseGranted: extended).
 var extendScript = redis.NewScript(luaEntry + `
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return 0 end
-local was, gen = lease_field(cur)
-if gen ~= ARGV[2] then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+local holder = ARGV[1]
 local now = now_ms()
-if was <= now then return 0 end
-local x = redis.call('HGET', KEYS[1], 'x')
-if x and tonumber(x) > now then return 3 end
-local exp = math.max(now + tonumber(ARGV[4]), was)
-redis.call('HSET', KEYS[1], ARGV[1], exp .. ':' .. ARGV[3])
-return 1
+local function extend(lk, hk, old, new, ttl)
+  local v = redis.call('HMGET', lk, holder, 'x')
+  local cur, x = v[1], v[2]
+  if not cur then return 0 end
+  local was, gen = lease_field(cur)
+  if gen ~= old then return 0 end
+  if redis.call('EXISTS', hk) == 1 then return 2 end
+  if was <= now then return 0 end
+  if x and tonumber(x) > now then return 3 end
+  local exp = math.max(now + tonumber(ttl), was)
+  redis.call('HSET', lk, holder, exp .. ':' .. new)
+  return 1
+end
+local out = {}
+for k = 1, #KEYS, 2 do
+  local a = 2 + 3 * (k - 1) / 2
+  out[#out + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+end
+return out
 `)
 
 // LeaseOutcome is what a lease request got on a hit.
@@ -316,35 +331,49 @@ type NearExtend struct {
 }
 
 // ExtendLeases extends, in one round trip, leases this sidecar holds on
-// copies it keeps (extendScript). Each outcome is 0 when the lease is no
-// longer the copy's (lease the document again, reading its value), else
-// LeaseGranted (extended), LeaseHot, LeaseRevoking or LeaseUnconfirmed.
+// copies it keeps (extendScript, one call per partition). Each outcome is
+// 0 when the lease is no longer the copy's (lease the document again,
+// reading its value), else LeaseGranted (extended), LeaseHot,
+// LeaseRevoking or LeaseUnconfirmed.
 func (b *Buffer) ExtendLeases(ctx context.Context, reqs []NearExtend) ([]LeaseOutcome, error) {
-	calls := make([]rscript.Call, len(reqs))
+	var calls []rscript.Call
+	var which [][]int // per call, its requests
+	byPart := map[int]int{}
 	for i, r := range reqs {
 		part := b.Partition(r.Coll, r.ID)
 		m := Member(r.Coll, r.ID)
-		calls[i] = rscript.Call{
-			Script: extendScript,
-			Keys:   []string{b.leaseKey(part, m), b.hotKey(part, m)},
-			Args:   []any{b.Instance, strconv.FormatUint(r.Gen, 10), strconv.FormatUint(r.NewGen, 10), r.TTL.Milliseconds()},
+		c, ok := byPart[part]
+		if !ok {
+			c = len(calls)
+			byPart[part] = c
+			calls = append(calls, rscript.Call{Script: extendScript, Args: []any{b.Instance}})
+			which = append(which, nil)
 		}
+		calls[c].Keys = append(calls[c].Keys, b.leaseKey(part, m), b.hotKey(part, m))
+		calls[c].Args = append(calls[c].Args, strconv.FormatUint(r.Gen, 10), strconv.FormatUint(r.NewGen, 10), r.TTL.Milliseconds())
+		which[c] = append(which[c], i)
 	}
 	// As a grant's: the extension must reach the replicas before the
 	// holder serves under it.
 	replies, errs, repls := b.durable().RunAll(ctx, calls)
 	out := make([]LeaseOutcome, len(reqs))
-	for i := range reqs {
-		if errs[i] != nil {
-			return nil, fmt.Errorf("buffer: extend lease: %w", errs[i])
+	for c, is := range which {
+		if errs[c] != nil {
+			return nil, fmt.Errorf("buffer: extend lease: %w", errs[c])
 		}
-		code, ok := replies[i].(int64)
-		if !ok {
+		codes, _ := replies[c].([]any)
+		if len(codes) != len(is) {
 			return nil, errors.New("buffer: extend lease: malformed reply")
 		}
-		out[i] = LeaseOutcome(code)
-		if out[i] == LeaseGranted && repls[i] != nil {
-			out[i] = LeaseUnconfirmed
+		for k, i := range is {
+			code, ok := codes[k].(int64)
+			if !ok {
+				return nil, errors.New("buffer: extend lease: malformed reply")
+			}
+			out[i] = LeaseOutcome(code)
+			if out[i] == LeaseGranted && repls[c] != nil {
+				out[i] = LeaseUnconfirmed
+			}
 		}
 	}
 	return out, nil

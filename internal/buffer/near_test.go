@@ -152,6 +152,43 @@ func TestExtendLeases(t *testing.T) {
 	if got := extend("5", 1, 8); got != 0 {
 		t.Fatalf("extension of a released lease: %v, want 0", got)
 	}
+
+	// Many at once, of several partitions, each on its own: one written
+	// since its grant, the others extended.
+	var many []NearExtend
+	for i := range 12 {
+		id := fmt.Sprint("m", i)
+		put(holder, id, 0, WriteOptions{})
+		lease(id, 30, time.Second)
+		many = append(many, NearExtend{Coll: "c", ID: id, Gen: 30, NewGen: uint64(31 + i), TTL: time.Second})
+	}
+	if got := put(other, "m5", 1, WriteOptions{Near: true}); got != Leased {
+		t.Fatalf("write of a leased document: %v, want Leased", got)
+	}
+	if err := holder.ReleaseLease(ctx, holder.LeaseRecord("c", "m7"), 30, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := holder.ExtendLeases(ctx, many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := map[int]bool{}
+	for i, r := range many {
+		parts[holder.Partition("c", r.ID)] = true
+		want := LeaseGranted
+		switch r.ID {
+		case "m5":
+			want = LeaseRevoking // a writer waits for the holder
+		case "m7":
+			want = 0 // released
+		}
+		if got[i] != want {
+			t.Errorf("extension of %s among many: %v, want %v", r.ID, got[i], want)
+		}
+	}
+	if len(parts) < 2 {
+		t.Fatalf("the documents fell in %d partition; want several", len(parts))
+	}
 }
 
 // A fill after a miss leases the value it installs to the reader, as a
