@@ -20,13 +20,7 @@ func TestExtendLeases(t *testing.T) {
 	holder, other := twoSidecars(t)
 	put := func(b *Buffer, id string, n int, o WriteOptions) Outcome {
 		t.Helper()
-		c, _ := change.ParsePut(s, id, []byte(fmt.Sprintf(`{"n":%d}`, n)))
-		o.TTL = time.Minute
-		rs, errs := b.WriteBatch(ctx, []WriteRequest{{Coll: "c", ID: id, Change: c, Schema: s, Options: o}})
-		if errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-		return rs[0].Outcome
+		return putN(t, b, s, id, n, o)
 	}
 	lease := func(id string, gen uint64, ttl time.Duration) {
 		t.Helper()
@@ -200,13 +194,7 @@ func TestFillLease(t *testing.T) {
 	holder, other := twoSidecars(t)
 	write := func(b *Buffer, id string, n int, o WriteOptions) Outcome {
 		t.Helper()
-		c, _ := change.ParsePut(s, id, []byte(fmt.Sprintf(`{"n":%d}`, n)))
-		o.TTL = time.Minute
-		rs, errs := b.WriteBatch(ctx, []WriteRequest{{Coll: "c", ID: id, Change: c, Schema: s, Options: o}})
-		if errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-		return rs[0].Outcome
+		return putN(t, b, s, id, n, o)
 	}
 	// miss evicts id's cache entry and reads it, which misses and takes an
 	// I lease under the token it returns.
@@ -289,6 +277,19 @@ func TestFillLease(t *testing.T) {
 	if n, _ := holder.rdb.HLen(ctx, holder.ileaseKey(holder.Partition("c", "4"), Member("c", "4"))).Result(); n != 0 {
 		t.Fatalf("%d I leases left after a fill of nothing", n)
 	}
+}
+
+// putN buffers a put of document id of collection "c", {"n": n}, cached
+// for a minute, through b, and returns its outcome.
+func putN(t *testing.T, b *Buffer, s *change.Schema, id string, n int, o WriteOptions) Outcome {
+	t.Helper()
+	c, _ := change.ParsePut(s, id, []byte(fmt.Sprintf(`{"n":%d}`, n)))
+	o.TTL = time.Minute
+	rs, errs := b.WriteBatch(context.Background(), []WriteRequest{{Coll: "c", ID: id, Change: c, Schema: s, Options: o}})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	return rs[0].Outcome
 }
 
 // twoSidecars returns the buffers of two sidecars of one deployment,
