@@ -69,9 +69,9 @@ func (s *Service) readThrough(ctx context.Context, c *Collection, id string, lea
 	}
 	// Installs doc only if no write voided the lease since the miss.
 	switch {
-	case !lease || doc == nil:
+	case !lease:
 		_, err = s.buf.Fill(ctx, c.Name, id, tok, doc, c.ttl())
-	default:
+	default: // FillLease of a missing document (nil) only gives the I lease back
 		nr := buffer.NearRead{Coll: c.Name, ID: id, Gen: s.near.gen.Add(1), TTL: c.near.cfg.LeaseTTL}
 		sent := nearcache.Now() // the copy's deadline counts from here
 		var installed bool
