@@ -336,7 +336,7 @@ func (a *Applier) account(writes []store.Write, results []store.Result) (int, []
 		if r.Missing {
 			a.log.Warn("patch found no row in the store; the row was deleted behind the cache", "collection", w.Collection, "id", w.ID)
 		}
-		done[i] = buffer.Applied{DocRef: buffer.DocRef{Part: w.Partition, Member: buffer.Member(w.Collection, w.ID)}, LastSeq: w.Changes[len(w.Changes)-1].Seq}
+		done[i] = buffer.Applied{DocRef: buffer.DocRef{Part: w.Partition, Member: buffer.Member(w.Collection, w.ID)}, LastSeq: w.Changes[len(w.Changes)-1].Seq, Count: len(w.Changes)}
 	}
 	return applied, done, nil
 }

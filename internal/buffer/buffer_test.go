@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -240,8 +241,13 @@ func TestRejectVoidsFills(t *testing.T) {
 func TestLostSequenceIsReseeded(t *testing.T) {
 	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
 	reseeds := 0
+	seqk := b.seqKey(b.Partition("c", "1"))
 	b.Reseed = func(ctx context.Context) error {
 		reseeds++
+		// The refused write left the sequence missing: its SET is undone.
+		if n, err := b.rdb.Exists(ctx, seqk).Result(); err != nil || n != 0 {
+			t.Errorf("the refused write left the sequence (%d, %v)", n, err)
+		}
 		for p := range b.Partitions() {
 			if err := b.RaiseSeq(ctx, p, 1<<52); err != nil {
 				return err
@@ -256,6 +262,32 @@ func TestLostSequenceIsReseeded(t *testing.T) {
 	seq, out, err := b.Write(ctx, "c", "1", put, s, WriteOptions{})
 	if err != nil || out != Buffered || reseeds != 1 || seq != 1<<52+1 {
 		t.Fatalf("write after losing the sequence: seq %d, %v, %v, %d reseeds; want seq %d after one reseed", seq, out, err, reseeds, int64(1<<52+1))
+	}
+	// The sequence is ahead of Redis's clock now: the next writes, two in
+	// one call, count on from it, and the key keeps the last.
+	other := "2" // a document of the same partition
+	for i := 2; b.Partition("c", other) != b.Partition("c", "1"); i++ {
+		other = strconv.Itoa(i)
+	}
+	put2, _ := change.ParsePut(s, other, []byte(`{"n":2}`))
+	rs, errs := b.WriteBatch(ctx, []WriteRequest{
+		{Coll: "c", ID: "1", Change: put, Schema: s},
+		{Coll: "c", ID: other, Change: put2, Schema: s},
+	})
+	if errs[0] != nil || errs[1] != nil || rs[0].Seq != 1<<52+2 || rs[1].Seq != 1<<52+3 {
+		t.Fatalf("writes ahead of the clock: %+v %v; want seqs %d and %d", rs, errs, int64(1<<52+2), int64(1<<52+3))
+	}
+	// A write that buffers nothing (a patch that needs its base) leaves the
+	// sequence where it was, ahead of the clock.
+	missing := "3" // a document of the same partition, never written
+	for i := 3; b.Partition("c", missing) != b.Partition("c", "1") || missing == other; i++ {
+		missing = strconv.Itoa(i)
+	}
+	if _, out, err := b.Write(ctx, "c", missing, mustParse(t, s, `{"$inc":{"n":1}}`), s, WriteOptions{Token: NewToken()}); err != nil || out != NeedBase {
+		t.Fatalf("patch of a missing document: %v %v; want NeedBase", out, err)
+	}
+	if v, err := b.rdb.Get(ctx, seqk).Int64(); err != nil || v != 1<<52+3 {
+		t.Fatalf("the sequence holds %d (%v); want %d", v, err, int64(1<<52+3))
 	}
 }
 
@@ -372,8 +404,13 @@ func TestWriteBatchFailureIsPerWrite(t *testing.T) {
 func TestWriteBatchReseedsOnce(t *testing.T) {
 	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
 	reseeds := 0
+	seqk := b.seqKey(b.Partition("c", "1"))
 	b.Reseed = func(ctx context.Context) error {
 		reseeds++
+		// The refused write left the sequence missing: its SET is undone.
+		if n, err := b.rdb.Exists(ctx, seqk).Result(); err != nil || n != 0 {
+			t.Errorf("the refused write left the sequence (%d, %v)", n, err)
+		}
 		for p := range b.Partitions() {
 			if err := b.RaiseSeq(ctx, p, 1000); err != nil {
 				return err

@@ -114,6 +114,10 @@ func (b *Buffer) Changes(ctx context.Context, docs []DocRef, max int) ([][]chang
 type Applied struct {
 	DocRef
 	LastSeq int64
+	// Count is how many buffered changes the applied prefix holds, as the
+	// applier read them (0: unknown). Trim pops them in one command; a count
+	// that no longer matches the list costs commands, never a change.
+	Count int
 }
 
 // Trim removes, for each document, the buffered changes up to and including
@@ -133,10 +137,10 @@ func (b *Buffer) Trim(ctx context.Context, done []Applied) (int64, error) {
 	for part, ds := range byPart {
 		keys := make([]string, 0, 2+len(ds))
 		keys = append(keys, b.pendingKey(part), b.statsKey(part))
-		args := make([]any, 0, 2*len(ds))
+		args := make([]any, 0, 3*len(ds))
 		for _, d := range ds {
 			keys = append(keys, b.bwKey(part, d.Member))
-			args = append(args, d.Member, d.LastSeq)
+			args = append(args, d.Member, d.LastSeq, d.Count)
 		}
 		cmds = append(cmds, trimScript.EvalSha(ctx, pipe, keys, args...))
 	}
@@ -161,10 +165,10 @@ func (b *Buffer) trimSlow(ctx context.Context, byPart map[int][]Applied) (int64,
 	var n int64
 	for part, ds := range byPart {
 		keys := []string{b.pendingKey(part), b.statsKey(part)}
-		args := make([]any, 0, 2*len(ds))
+		args := make([]any, 0, 3*len(ds))
 		for _, d := range ds {
 			keys = append(keys, b.bwKey(part, d.Member))
-			args = append(args, d.Member, d.LastSeq)
+			args = append(args, d.Member, d.LastSeq, d.Count)
 		}
 		v, err := trimScript.Run(ctx, b.rdb, keys, args...).Int64()
 		if err != nil {

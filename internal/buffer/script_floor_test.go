@@ -14,16 +14,16 @@ import (
 // floorScript is writeScript's work for one write as straight-line Lua: a
 // counting one-field update of a cached document that no sidecar holds a
 // lease on, in a call of one write (flags "ucn0", no base), which issues
-// exactly the commands writeScript issues for it (TIME, GET of the
+// exactly the commands writeScript issues for it (TIME, SET … GET of the
 // sequence, HGETALL of the lease record, HGET of the old value, RPUSH,
-// HSET, SET of the sequence, DEL of the I leases, two HINCRBY) and nothing
+// HSET, DEL of the I leases, two HINCRBY) and nothing
 // that decides between cases. It is the floor of a script that does this
 // write, for BenchmarkWriteScriptFloor; not a write path.
 var floorScript = redis.NewScript(`
 local t = redis.call('TIME')
 local ms = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local cur = tonumber(redis.call('GET', KEYS[3]))
+local cur = tonumber(redis.call('SET', KEYS[3], string.format('%d', us), 'GET'))
 if cur < tonumber(ARGV[5]) then return {{-6}} end
 local tag = string.sub(KEYS[1], 1, #KEYS[1] - 7)
 local lk = tag .. 'l:' .. string.sub(KEYS[5], #tag + 3)
@@ -33,7 +33,6 @@ local s = math.max(cur + 1, us)
 local e = string.format('%d', s) .. '|' .. ms .. '|' .. ARGV[7]
 if redis.call('RPUSH', KEYS[6], e) == 1 then redis.call('ZADD', KEYS[1], 'NX', ms, string.sub(KEYS[5], #tag + 3)) end
 redis.call('HSET', KEYS[5], ARGV[13], ARGV[14])
-redis.call('SET', KEYS[3], string.format('%d', s))
 redis.call('DEL', KEYS[7])
 redis.call('HINCRBY', KEYS[2], 'changes', 1)
 redis.call('HINCRBY', KEYS[2], 'bytes', #e)

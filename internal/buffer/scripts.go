@@ -38,9 +38,32 @@ end
 // many documents updates once); pop_prefix also updates the counters and
 // returns how many entries it removed. The pending documents are not
 // counted: the pending index's ZCARD is their number.
+//
+// pop_entries' n is how many entries the caller expects the prefix to
+// hold (the entries its store applied; 0: unknown). It pops them with one
+// LPOP and puts back, in order, any after last — the list changed since
+// the caller read it — then pops one by one while the head is at or below
+// last, so a wrong n costs commands, never an entry. An applied document
+// with one change costs LPOP, LINDEX and ZREM instead of a LINDEX and an
+// LPOP per entry and a last LINDEX.
 const luaPop = `
-local function pop_entries(bw, pending, member, last)
+local function pop_entries(bw, pending, member, last, n)
   local popped, bytes = 0, 0
+  while n and n > 0 do
+    local es = redis.call('LPOP', bw, math.min(n, 1000))
+    if not es then break end
+    local k = #es
+    while k > 0 and entry_seq_ms(es[k]) > last do k = k - 1 end
+    if k < #es then
+      local back = {}
+      for j = #es, k + 1, -1 do back[#back + 1] = es[j] end
+      redis.call('LPUSH', bw, unpack(back))
+    end
+    for j = 1, k do bytes = bytes + #es[j] end
+    popped = popped + k
+    if k < #es or #es < math.min(n, 1000) then break end
+    n = n - k
+  end
   local head = redis.call('LINDEX', bw, 0)
   while head do
     if entry_seq_ms(head) > last then break end
@@ -64,7 +87,7 @@ local function take_stats(stats, popped, bytes)
   end
 end
 local function pop_prefix(bw, pending, stats, member, last)
-  local popped, bytes = pop_entries(bw, pending, member, last)
+  local popped, bytes = pop_entries(bw, pending, member, last, 0)
   take_stats(stats, popped, bytes)
   return popped
 end
@@ -142,8 +165,9 @@ end
 //     with {0} asking for the base.
 //
 // A counting HSET of a cached document costs three commands (HGET, RPUSH,
-// HSET), plus ZADD when it makes the document pending; each group adds GET
-// and SET of its sequence, one DEL of the I leases its writes void, one
+// HSET), plus ZADD when it makes the document pending; each group adds a
+// SET of its sequence (two when it buffers several writes), one DEL of the
+// I leases its writes void, one
 // DEL of its membership token when it buffered a put or a delete, and the
 // counters.
 var writeScript = redis.NewScript(luaReplies + luaEntry + `
@@ -459,10 +483,26 @@ while k < #KEYS do
   -- replica, DEBUG RELOAD) without the caller seeing a new server: its
   -- cache entries may be older than the store. Refuse before touching
   -- anything; the caller checks the node (CheckRollback) and tries again.
-  local cur = redis.call('GET', seqk)
+  --
+  -- The group's first seq is almost always Redis's clock (below): one SET
+  -- stores it and returns the sequence before; when that sequence is
+  -- missing, below floor or not behind the clock, the SET is undone or
+  -- corrected before anything else happens (the script is atomic), and the
+  -- end of the group stores the last seq given out if it is above what
+  -- the key holds. A write the group does not buffer may leave the
+  -- sequence at the clock: seqs only have to grow.
+  local cur = redis.call('SET', seqk, string.format('%d', us), 'GET')
   local seqok = cur ~= false and tonumber(cur) >= floor
-  if seqok then seq = tonumber(cur) end
-  local first = seq
+  local stored = us
+  if not seqok then
+    if cur then redis.call('SET', seqk, cur) else redis.call('DEL', seqk) end
+  else
+    seq = tonumber(cur)
+    if seq >= us then
+      redis.call('SET', seqk, cur)
+      stored = seq
+    end
+  end
   changes, bytes = 0, 0
   for w = 1, nw do
     local n = tonumber(ARGV[a])
@@ -481,7 +521,7 @@ while k < #KEYS do
   end
   -- The sequence, the voided leases and the counters of every write
   -- buffered above, whatever became of the writes after it.
-  if seqok and seq > first then redis.call('SET', seqk, string.format('%d', seq)) end
+  if seqok and seq > stored then redis.call('SET', seqk, string.format('%d', seq)) end
   void_now()
   -- A put or a delete may have changed which documents exist: scans
   -- cached under the partition's membership token are stale from now on.
@@ -552,12 +592,13 @@ return grant_lease(KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5])
 // trimScript removes applied prefixes after the store committed them.
 //
 // KEYS: 1 pending index, 2 stats, then one buffered write per document.
-// ARGV: per document its pending member and the last applied seq.
+// ARGV: per document its pending member, the last applied seq and how many
+// entries the applied prefix holds (0: unknown; pop_entries).
 var trimScript = redis.NewScript(luaEntry + luaPop + `
 local total, bytes = 0, 0
 for k = 3, #KEYS do
-  local a = 2 * (k - 3) + 1
-  local p, b = pop_entries(KEYS[k], KEYS[1], ARGV[a], tonumber(ARGV[a + 1]))
+  local a = 3 * (k - 3) + 1
+  local p, b = pop_entries(KEYS[k], KEYS[1], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
   total, bytes = total + p, bytes + b
 end
 take_stats(KEYS[2], total, bytes)

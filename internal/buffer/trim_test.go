@@ -10,11 +10,28 @@ import (
 )
 
 // Trim of many documents at once — emptied (of one, 32 and 40 changes),
-// cut after its 33rd change, left alone, never buffered, named twice —
-// leaves exactly the changes past each LastSeq, pends exactly the
-// documents with changes left, and keeps the counters exact (the script
-// adds up the counters' changes of all its documents).
+// cut after its 33rd change, left alone, never buffered, named twice, cut
+// after its 1050th change — leaves exactly the changes past each LastSeq,
+// in order, pends exactly the documents with changes left, and keeps the
+// counters exact (the script adds up the counters' changes of all its
+// documents). Whatever the appliers' counts of the prefixes say: none,
+// exact, too many (the changes past LastSeq it pops go back) or too few
+// (the rest is popped one by one).
 func TestTrimMany(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count func(exact int) int
+	}{
+		{"unknown", func(int) int { return 0 }},
+		{"exact", func(n int) int { return n }},
+		{"too many", func(n int) int { return n + 5 }},
+		{"too few", func(n int) int { return n / 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testTrimMany(t, tc.count) })
+	}
+}
+
+func testTrimMany(t *testing.T, count func(exact int) int) {
 	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
 	write := func(id string, n int) []int64 {
 		var seqs []int64
@@ -31,15 +48,18 @@ func TestTrimMany(t *testing.T) {
 		}
 		return seqs
 	}
-	a, bb, c, d, f := write("11", 1), write("12", 40), write("13", 70), write("14", 3), write("16", 32)
-	ref := func(id string, last int64) Applied { return Applied{DocRef: b.Ref("c", id), LastSeq: last} }
-	n, err := b.Trim(ctx, []Applied{
-		ref("11", a[0]), ref("12", bb[39]), ref("13", c[9]), ref("14", 0), ref("15", 0), ref("16", f[31]), ref("13", c[32]),
-	})
-	if err != nil || n != 1+40+33+32 {
-		t.Fatalf("trim: %d %v; want %d removed", n, err, 1+40+33+32)
+	a, bb, c, d, f, g := write("11", 1), write("12", 40), write("13", 70), write("14", 3), write("16", 32), write("17", 1100)
+	ref := func(id string, last int64, exact int) Applied {
+		return Applied{DocRef: b.Ref("c", id), LastSeq: last, Count: count(exact)}
 	}
-	left := map[string][]int64{"11": nil, "12": nil, "13": c[33:], "14": d, "15": nil, "16": nil}
+	n, err := b.Trim(ctx, []Applied{
+		ref("11", a[0], 1), ref("12", bb[39], 40), ref("13", c[9], 10), ref("14", 0, 0), ref("15", 0, 0), ref("16", f[31], 32),
+		ref("13", c[32], 23), ref("17", g[1049], 1050),
+	})
+	if want := int64(1 + 40 + 33 + 32 + 1050); err != nil || n != want {
+		t.Fatalf("trim: %d %v; want %d removed", n, err, want)
+	}
+	left := map[string][]int64{"11": nil, "12": nil, "13": c[33:], "14": d, "15": nil, "16": nil, "17": g[1050:]}
 	var changes, bytes, docs int64
 	for id, want := range left {
 		raw, err := b.rdb.LRange(ctx, b.bwKey(b.Partition("c", id), Member("c", id)), 0, -1).Result()
