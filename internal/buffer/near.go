@@ -208,31 +208,34 @@ return 1
 // write deletes once buffered (near_done) — so the copy still holds
 // the document's value. The field then names the new generation (new), so
 // that a release of the old one, in flight, does not take the extension
-// away. Refused, like a grant, while the document is hot or a writer waits
-// for its holders; refused too once the lease expired: a write may then
-// have gone ahead without waiting for this holder, and although it deletes
-// the record, a Redis that went back to an older snapshot may show the
-// field again.
+// away. Refused, like a grant, while a writer waits for its holders;
+// refused too once the lease expired: a write may then have gone ahead
+// without waiting for this holder, and although it deletes the record, a
+// Redis that went back to an older snapshot may show the field again.
+//
+// It does not look at the hot mark, which a grant does: a field that still
+// names the copy's generation was granted while the document was not hot
+// (no grant is made then), and only a write marks a document hot — a
+// write that deleted the field first. Such a document is leased again
+// instead (outcome 0), and that lease request finds it hot.
 //
 // One call extends the leases of several documents of one partition (its
 // keys share the partition's hash tag), each as its own step, reading
-// Redis's clock once.
+// Redis's clock once: two commands per lease (HMGET, HSET).
 //
-// KEYS: per document its lease record and hot mark. ARGV: 1 holder, then
-// per document its old generation, new generation and lease lifetime ms.
-// Returns per document 0 when the field is gone or names another
-// generation (lease the document again), else a LeaseOutcome
-// (LeaseGranted: extended).
+// KEYS: per document its lease record. ARGV: 1 holder, then per document
+// its old generation, new generation and lease lifetime ms. Returns per
+// document 0 when the field is gone or names another generation (lease
+// the document again), else a LeaseOutcome (LeaseGranted: extended).
 var extendScript = redis.NewScript(luaEntry + `
 local holder = ARGV[1]
 local now = now_ms()
-local function extend(lk, hk, old, new, ttl)
+local function extend(lk, old, new, ttl)
   local v = redis.call('HMGET', lk, holder, 'x')
   local cur, x = v[1], v[2]
   if not cur then return 0 end
   local was, gen = lease_field(cur)
   if gen ~= old then return 0 end
-  if redis.call('EXISTS', hk) == 1 then return 2 end
   if was <= now then return 0 end
   if x and tonumber(x) > now then return 3 end
   local exp = math.max(now + tonumber(ttl), was)
@@ -240,9 +243,9 @@ local function extend(lk, hk, old, new, ttl)
   return 1
 end
 local out = {}
-for k = 1, #KEYS, 2 do
-  local a = 2 + 3 * (k - 1) / 2
-  out[#out + 1] = extend(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+for k = 1, #KEYS do
+  local a = 2 + 3 * (k - 1)
+  out[k] = extend(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
 end
 return out
 `)
@@ -333,8 +336,8 @@ type NearExtend struct {
 // ExtendLeases extends, in one round trip, leases this sidecar holds on
 // copies it keeps (extendScript, one call per partition). Each outcome is
 // 0 when the lease is no longer the copy's (lease the document again,
-// reading its value), else LeaseGranted (extended), LeaseHot,
-// LeaseRevoking or LeaseUnconfirmed.
+// reading its value), else LeaseGranted (extended), LeaseRevoking or
+// LeaseUnconfirmed.
 func (b *Buffer) ExtendLeases(ctx context.Context, reqs []NearExtend) ([]LeaseOutcome, error) {
 	var calls []rscript.Call
 	var which [][]int // per call, its requests
@@ -349,7 +352,7 @@ func (b *Buffer) ExtendLeases(ctx context.Context, reqs []NearExtend) ([]LeaseOu
 			calls = append(calls, rscript.Call{Script: extendScript, Args: []any{b.Instance}})
 			which = append(which, nil)
 		}
-		calls[c].Keys = append(calls[c].Keys, b.leaseKey(part, m), b.hotKey(part, m))
+		calls[c].Keys = append(calls[c].Keys, b.leaseKey(part, m))
 		calls[c].Args = append(calls[c].Args, strconv.FormatUint(r.Gen, 10), strconv.FormatUint(r.NewGen, 10), r.TTL.Milliseconds())
 		which[c] = append(which[c], i)
 	}
