@@ -113,7 +113,11 @@ end
 local function near_grant(pending, ck, gen, ttl, copygen)
   if near_waiting then return nil end
   local tag, member = near_keys(pending, ck)
-  if redis.call('EXISTS', tag .. 'h:' .. member) == 1 then return nil end
+  -- A holder's field in the record tells the document is not hot: it was
+  -- granted while the document was not (no grant is made then), and only
+  -- a write marks a document hot, a write that removed the field first.
+  -- So only a writer without one asks for the hot mark.
+  if not near_own_gen and redis.call('EXISTS', tag .. 'h:' .. member) == 1 then return nil end
   local h = 1
   if not (copygen and near_own_gen == copygen and near_own_exp > tonumber(ms)) then
     h = redis.call('HGETALL', ck)

@@ -99,10 +99,10 @@ func TestExtendLeases(t *testing.T) {
 	if got := extend("9", 1, 13); got != 0 {
 		t.Fatalf("extension after the holder's own write without a grant: %v, want 0", got)
 	}
-	if err := holder.rdb.Set(ctx, holder.hotKey(holder.Partition("c", "10"), Member("c", "10")), "1", time.Minute).Err(); err != nil {
-		t.Fatal(err)
+	if got := put(holder, "10", 1, WriteOptions{Near: true, HotWindow: time.Minute}); got != Buffered {
+		t.Fatalf("hot write: %v", got)
 	}
-	if got := put(holder, "10", 1, WriteOptions{Near: true, Grant: 14}); got != Buffered {
+	if got := put(holder, "10", 2, WriteOptions{Near: true, Grant: 14}); got != Buffered {
 		t.Fatalf("own write of a hot document: %v", got)
 	}
 	if f := field("10"); f != "" {
