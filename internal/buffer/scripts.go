@@ -40,31 +40,42 @@ end
 // counted: the pending index's ZCARD is their number.
 //
 // pop_entries' n is how many entries the caller expects the prefix to
-// hold (the entries its store applied; 0: unknown). It pops them with one
-// LPOP and puts back, in order, any after last — the list changed since
-// the caller read it — then pops one by one while the head is at or below
-// last, so a wrong n costs commands, never an entry. An applied document
-// with one change costs LPOP, LINDEX and ZREM instead of a LINDEX and an
-// LPOP per entry and a last LINDEX.
+// hold (the entries its store applied; 0: unknown). It pops one more than
+// that with one LPOP and puts back, in order, what it popped past last —
+// the next change, or changes buffered since the caller read the list —
+// so that it knows the new head without asking; then, should the prefix
+// be longer than n, it pops one by one while the head is at or below
+// last. A wrong n costs commands, never an entry. A document whose applied
+// changes were all it had costs LPOP and ZREM.
 const luaPop = `
 local function pop_entries(bw, pending, member, last, n)
   local popped, bytes = 0, 0
+  local head, known = false, false -- the head after the pops, once known
   while n and n > 0 do
-    local es = redis.call('LPOP', bw, math.min(n, 1000))
-    if not es then break end
+    local want = math.min(n + 1, 1000)
+    local es = redis.call('LPOP', bw, want)
+    if not es then
+      known = true
+      break
+    end
     local k = #es
     while k > 0 and entry_seq_ms(es[k]) > last do k = k - 1 end
+    for j = 1, k do bytes = bytes + #es[j] end
+    popped = popped + k
     if k < #es then
       local back = {}
       for j = #es, k + 1, -1 do back[#back + 1] = es[j] end
       redis.call('LPUSH', bw, unpack(back))
+      head, known = es[k + 1], true
+      break
     end
-    for j = 1, k do bytes = bytes + #es[j] end
-    popped = popped + k
-    if k < #es or #es < math.min(n, 1000) then break end
+    if #es < want then
+      known = true
+      break
+    end
     n = n - k
   end
-  local head = redis.call('LINDEX', bw, 0)
+  if not known then head = redis.call('LINDEX', bw, 0) end
   while head do
     if entry_seq_ms(head) > last then break end
     redis.call('LPOP', bw)
