@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/internal/testenv"
 	"github.com/writeback/writeback/pkg/client"
 )
 
@@ -27,7 +27,7 @@ import (
 // is gone, the next write is refused before anything is buffered: 503
 // unavailable, safe to retry, a shortfall and not a replication failure.
 func TestReplicationFailureOverHTTP(t *testing.T) {
-	primary := startPrivateRedis(t)
+	primary := testenv.PrivateRedis(t)
 	replica := attachStuckReplica(t, primary)
 	w := newWorld(t, opts{edit: func(c *config.Config) {
 		c.Redis.Addrs, c.Redis.Replicas = []string{primary}, 1
@@ -67,40 +67,6 @@ func TestReplicationFailureOverHTTP(t *testing.T) {
 			t.Errorf("after %s: status: %d pending; want 1, the unconfirmed first write", wr.what, st.Pending)
 		}
 	}
-}
-
-// startPrivateRedis runs a redis-server of the test's own on a free
-// loopback port until the test ends, and returns its address.
-func startPrivateRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not on PATH (%v); install Redis (make services) to run this test", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--repl-diskless-sync", "no", "--dir", t.TempDir())
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	waitFor(t, 10*time.Second, "the private redis-server to answer", func() bool {
-		return rdb.Ping(context.Background()).Err() == nil
-	})
-	return addr
 }
 
 // stuckReplica is a replica that speaks the replication protocol to a

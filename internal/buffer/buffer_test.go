@@ -3,7 +3,9 @@ package buffer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -535,5 +537,59 @@ func TestAppendReplace(t *testing.T) {
 		if got := string(appendReplace(nil, tc.r)); got != tc.want {
 			t.Errorf("appendReplace(%q, %q) = %q, want %q", tc.r.Old, tc.r.New, got, tc.want)
 		}
+	}
+}
+
+// A Redis over its maxmemory refuses a call of writes before it changes
+// anything: the group's sequence is its first write command, which Redis
+// refuses with OOM (a reply the front doors answer as safe to retry), so
+// no write of the call is buffered, and the sequence, the buffered writes
+// and the counters are as they were. Under the limit again, the same
+// writes are buffered.
+func TestWriteOverMaxmemoryChangesNothing(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.PrivateRedis(t)})
+	t.Cleanup(func() { rdb.Close() })
+	b, s, ctx := New(rdb, "oom", 4, 500*time.Millisecond), schema(t), context.Background()
+	put := func(id string, n int) WriteRequest {
+		c, err := change.ParsePut(s, id, []byte(fmt.Sprintf(`{"n":%d}`, n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return WriteRequest{Coll: "c", ID: id, Change: c, Schema: s, Options: WriteOptions{TTL: time.Minute}}
+	}
+	if _, errs := b.WriteBatch(ctx, []WriteRequest{put("1", 1)}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	part := b.Partition("c", "1")
+	snapshot := func() (string, []string, map[string]string) {
+		seq := rdb.Get(ctx, b.seqKey(part)).Val()
+		bw := rdb.LRange(ctx, b.bwKey(part, Member("c", "1")), 0, -1).Val()
+		return seq, bw, rdb.HGetAll(ctx, b.statsKey(part)).Val()
+	}
+	seq, bw, stats := snapshot()
+
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []WriteRequest{put("1", 2), put("2", 3)}
+	_, errs := b.WriteBatch(ctx, reqs)
+	for i, err := range errs {
+		var rerr redis.Error
+		if !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), "OOM ") {
+			t.Errorf("write %d over maxmemory: %v; want Redis's OOM reply", i, err)
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	seq2, bw2, stats2 := snapshot()
+	if seq2 != seq || !slices.Equal(bw2, bw) || !maps.Equal(stats2, stats) {
+		t.Fatalf("a refused call changed Redis: sequence %s → %s, buffered write %v → %v, counters %v → %v", seq, seq2, bw, bw2, stats, stats2)
+	}
+	if n := rdb.Exists(ctx, b.bwKey(b.Partition("c", "2"), Member("c", "2"))).Val(); n != 0 {
+		t.Fatal("a refused call buffered a write of another document")
+	}
+	if _, errs := b.WriteBatch(ctx, reqs); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the same writes under the limit: %v", errs)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,46 @@ func RedisAddr(t testing.TB) string {
 		t.Fatalf("testenv: Redis is unreachable at %s (%v); %s.", addr, err, startHint)
 	}
 	return addr
+}
+
+// PrivateRedis runs a redis-server of the test's own (no persistence, a
+// temporary directory, extra args appended) on a free loopback port until
+// the test ends, and returns its address once it answers: for tests that
+// change a server's configuration (maxmemory, replicas) or kill it.
+func PrivateRedis(t testing.TB, args ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("testenv: redis-server is not on PATH (%v); %s.", err, startHint)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--repl-diskless-sync", "no", "--dir", t.TempDir()}, args...)...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testenv: starting redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: the private redis-server at %s did not answer in 10 s (%v); its output: %s", addr, err, out.String())
+		}
+	}
 }
 
 // MongoURI returns the URI of the test MongoDB-wire server (FerretDB in
