@@ -122,9 +122,6 @@ func (s *Service) extend(c *Collection, ids []string) []string {
 				continue
 			}
 			n.extended.Inc()
-		case buffer.LeaseHot:
-			n.leases[buffer.LeaseHot].Inc()
-			n.cache.MarkHot(r.ID, sent+int64(n.cfg.HotWindow/2))
 		case buffer.LeaseUnconfirmed:
 			n.leases[buffer.LeaseUnconfirmed].Inc()
 			s.releaseLater(ref, r.NewGen)
