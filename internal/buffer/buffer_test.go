@@ -409,7 +409,7 @@ func TestWriteBatchReseedsOnce(t *testing.T) {
 	seqk := b.seqKey(b.Partition("c", "1"))
 	b.Reseed = func(ctx context.Context) error {
 		reseeds++
-		// The refused write left the sequence missing: its SET is undone.
+		// The refused writes left the sequences missing: their SETs are undone.
 		if n, err := b.rdb.Exists(ctx, seqk).Result(); err != nil || n != 0 {
 			t.Errorf("the refused write left the sequence (%d, %v)", n, err)
 		}

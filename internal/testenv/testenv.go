@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -141,11 +142,11 @@ func RedisAddr(t testing.TB) string {
 	return addr
 }
 
-// PrivateRedis runs a redis-server of the test's own (no persistence, a
-// temporary directory, extra args appended) on a free loopback port until
-// the test ends, and returns its address once it answers: for tests that
-// change a server's configuration (maxmemory, replicas) or kill it.
-func PrivateRedis(t testing.TB, args ...string) string {
+// PrivateRedis runs a redis-server of the test's own (no persistence, its
+// files in a temporary directory) on a free loopback port until the test
+// ends, and returns its address once it accepts connections: for tests that
+// change a server's configuration (maxmemory, replicas).
+func PrivateRedis(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -158,10 +159,10 @@ func PrivateRedis(t testing.TB, args ...string) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--repl-diskless-sync", "no", "--dir", t.TempDir()}, args...)...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	dir := t.TempDir()
+	log := filepath.Join(dir, "redis.log")
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--repl-diskless-sync", "no", "--dir", dir, "--logfile", log)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testenv: starting redis-server: %v", err)
 	}
@@ -176,7 +177,8 @@ func PrivateRedis(t testing.TB, args ...string) string {
 			return addr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: the private redis-server at %s did not answer in 10 s (%v); its output: %s", addr, err, out.String())
+			out, _ := os.ReadFile(log)
+			t.Fatalf("testenv: the private redis-server at %s did not answer in 10 s (%v); its log: %s", addr, err, out)
 		}
 	}
 }
