@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/testenv"
 	"github.com/writeback/writeback/pkg/client"
 )
 
@@ -316,19 +317,10 @@ func TestETagAuthAndMetrics(t *testing.T) {
 // writes, with one sentence saying how to fix it.
 func TestRefusesEvictingRedis(t *testing.T) {
 	e := newEnv(t, 1)
-	port := strings.Split(freeAddr(t), ":")[1]
-	dir := t.TempDir()
-	rs := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--maxmemory-policy", "allkeys-lru")
-	if err := rs.Start(); err != nil {
-		t.Fatalf("starting a private redis-server (install it with make services): %v", err)
-	}
-	t.Cleanup(func() { _ = rs.Process.Kill(); _ = rs.Wait() })
-	waitFor(t, 5*time.Second, "the private Redis", func() bool {
-		return exec.Command("redis-cli", "-p", port, "ping").Run() == nil
-	})
+	redisAddr := testenv.PrivateRedis(t, "--maxmemory-policy", "allkeys-lru")
 	addr := freeAddr(t)
 	cfg := e.config(addr, "write-back", "")
-	out, err := exec.Command(binary, "serve", "--config", cfg, "--redis-addrs", "127.0.0.1:"+port).CombinedOutput()
+	out, err := exec.Command(binary, "serve", "--config", cfg, "--redis-addrs", redisAddr).CombinedOutput()
 	if err == nil {
 		t.Fatal("serve started against an allkeys-lru Redis")
 	}

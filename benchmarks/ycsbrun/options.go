@@ -43,6 +43,7 @@ type options struct {
 	batchSize      int           // writeback.batchSize; 0: the sidecar's default, 16 on MongoDB
 	holdAppliers   bool          // the sidecars' appliers apply nothing until each run's flush
 	applyDelay     time.Duration // the sidecars' writeback.applyDelay; negative: the default
+	pollInterval   time.Duration // the sidecars' writeback.pollInterval; 0: the default
 	nearCache      bool          // the sidecars run with writeback.nearCache on
 	share          bool          // the sidecars run with redis.shareRoundTrips on
 	nearLease      time.Duration // their collection's nearCache.leaseTTL; 0: the default
@@ -103,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.batchSize, "batch-size", 0, "sidecar writeback.batchSize, documents per store transaction (0: the sidecar's default, 128; 16 on mongodb, where FerretDB takes 0.1-0.3 s per document and a batch of 128 outlives the appliers' 30 s batch timeout)")
 	fs.BoolVar(&o.holdAppliers, "hold-appliers", false, "the sidecars' appliers apply nothing while a run lasts (writeback.pollInterval "+heldPoll.String()+"): write-back as if applying cost nothing, the bound of any applier; each run's flush applies its writes afterwards and the verification checks them")
 	fs.DurationVar(&o.applyDelay, "apply-delay", -1, "the sidecars' writeback.applyDelay: how long a document stays pending before their appliers take it (negative: the default)")
+	fs.DurationVar(&o.pollInterval, "poll-interval", 0, "the sidecars' writeback.pollInterval: how often their appliers look for work, hence how many writes a batch gathers (0: the default)")
 	fs.BoolVar(&o.nearCache, "near-cache", true, "the sidecars (write-* policies) run with their near cache on (writeback.nearCache, on by default; the collection's nearCache defaults); --near-cache=false turns it off")
 	fs.BoolVar(&o.share, "share-round-trips", true, "the sidecars' redis.shareRoundTrips: concurrent requests share Redis round trips (false: each goes alone, to compare)")
 	fs.DurationVar(&o.nearLease, "near-lease", 0, "with --near-cache: the collection's nearCache.leaseTTL (0: the default, 2s)")
@@ -178,6 +180,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--rounds %d: use 1 or more", o.rounds)
 	case len(o.require) > 0 && !o.compare:
 		return nil, errors.New("--require judges the comparison, which --compare=false turns off")
+	case o.holdAppliers && o.pollInterval != 0:
+		return nil, errors.New("--hold-appliers sets the appliers' poll itself; leave out --poll-interval")
+	case o.pollInterval < 0:
+		return nil, fmt.Errorf("--poll-interval %v: give a positive interval (0: the default)", o.pollInterval)
 	case o.holdAppliers && len(o.sweepWorkers) > 0:
 		return nil, errors.New("--hold-appliers leaves the applier sweep nothing to compare; give --sweep-workers '' (--quick sweeps 1,4,16)")
 	case !o.compare && len(o.sweepWorkers) == 0:

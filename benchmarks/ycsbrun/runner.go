@@ -579,6 +579,9 @@ func (o *options) configure(workers, batch int) func(*config.Config) {
 			c.Writeback.BatchSize = batch
 		}
 		c.Writeback.ApplyDelay = config.Duration{Duration: o.delay()}
+		if o.pollInterval > 0 {
+			c.Writeback.PollInterval = config.Duration{Duration: o.pollInterval}
+		}
 		if o.holdAppliers {
 			// No poll within a run, and no round without one: only
 			// the flush applies (it ignores the schedule).

@@ -458,6 +458,21 @@ collections: {t: {store: db, table: t, key: id, policy: write-back}}
 	if got := sidecar(o).Writeback.ApplyDelay.Duration; got != time.Second {
 		t.Errorf("--apply-delay 1s: the sidecars' applyDelay is %v", got)
 	}
+	o, err = parseFlags([]string{"--quick", "--poll-interval", "400ms"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sidecar(o).Writeback.PollInterval.Duration; got != 400*time.Millisecond {
+		t.Errorf("--poll-interval 400ms: the appliers poll every %v", got)
+	}
+	for _, args := range [][]string{
+		{"--quick", "--sweep-workers", "", "--hold-appliers", "--poll-interval", "400ms"},
+		{"--quick", "--poll-interval", "-1s"},
+	} {
+		if _, err := parseFlags(args, os.Stderr); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
 }
 
 // With --hold-appliers a write-back run applies nothing until its flush —

@@ -145,8 +145,9 @@ func RedisAddr(t testing.TB) string {
 // PrivateRedis runs a redis-server of the test's own (no persistence, its
 // files in a temporary directory) on a free loopback port until the test
 // ends, and returns its address once it accepts connections: for tests that
-// change a server's configuration (maxmemory, replicas).
-func PrivateRedis(t testing.TB) string {
+// change a server's configuration (maxmemory, replicas). args are more of
+// the server's options ("--maxmemory-policy", "allkeys-lru").
+func PrivateRedis(t testing.TB, args ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -161,8 +162,8 @@ func PrivateRedis(t testing.TB) string {
 	_, port, _ := net.SplitHostPort(addr)
 	dir := t.TempDir()
 	log := filepath.Join(dir, "redis.log")
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--repl-diskless-sync", "no", "--dir", dir, "--logfile", log)
+	cmd := exec.Command(bin, append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--repl-diskless-sync", "no", "--dir", dir, "--logfile", log}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testenv: starting redis-server: %v", err)
 	}
