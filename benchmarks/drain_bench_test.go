@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -82,7 +83,13 @@ var (
 // µs (<way>-<process>-us/change: self is the benchmark's process, the
 // appliers or a direct client; postgres or mariadbd, and redis-server),
 // read from /proc: on two CPUs every way is bound by its CPU time per
-// change, and these say whose.
+// change, and these say whose. The benchmark's own process also reports,
+// per way, the bytes it allocated per change (<way>-self-B/change), the
+// collections it ran per thousand changes (<way>-self-gc/kchange) and its
+// minor page faults per change (<way>-self-faults/change); in a CPU profile
+// (-cpuprofile) each way's goroutines carry the label way=<way>, the
+// untimed buffering's way=buffer, so that what no label names is the
+// runtime's own (collector, scavenger, scheduler).
 //
 // The bound of an exactly-once applier that keeps a record per document
 // (what Store.Apply does: writeback_applied_docs, written in the store
@@ -169,10 +176,12 @@ func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {
 	for i := range b.N {
 		b.StopTimer()
 		keys, vals := drainRound(i, shape.docs)
-		app, cleanup := w.buffer(b, keys, vals, shape)
+		var app *bgt.Applier
+		var cleanup func()
+		pprof.Do(ctx, pprof.Labels("way", "buffer"), func(context.Context) { app, cleanup = w.buffer(b, keys, vals, shape) })
 		b.StartTimer()
 		var res bgt.FlushResult
-		err := drain.run(func() (err error) {
+		err := drain.run("drain", func() (err error) {
 			res, err = app.Flush(ctx)
 			return err
 		})
@@ -190,7 +199,7 @@ func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {
 				if direct[key] == nil {
 					direct[key] = &phase{}
 				}
-				if err := direct[key].run(func() error { return inBatches(ctx, c, keys, vals, write) }); err != nil {
+				if err := direct[key].run(key, func() error { return inBatches(ctx, c, keys, vals, write) }); err != nil {
 					b.Fatalf("direct %s: %v", key, err)
 				}
 			}
@@ -198,7 +207,7 @@ func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {
 		if shape.bounds {
 			_, vals = drainRound(i, shape.docs)
 			seq := int64(i + 1)
-			if err := bound.run(func() error {
+			if err := bound.run("records", func() error {
 				return inBatches(ctx, 1, keys, vals, func(ctx context.Context, keys, vals []string) error {
 					return w.bound(ctx, keys, vals, seq)
 				})
@@ -206,7 +215,7 @@ func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {
 				b.Fatalf("direct with records: %v", err)
 			}
 			_, vals = drainRound(i, shape.docs)
-			if err := batches.run(func() error {
+			if err := batches.run("batches", func() error {
 				return inBatches(ctx, 1, keys, vals, func(ctx context.Context, keys, vals []string) error {
 					batchNo++
 					return w.batchBound(ctx, keys, vals, batchNo)
@@ -242,18 +251,23 @@ func benchDrain(b *testing.B, driver, dsn string, shape drainShape) {
 
 // phase adds up the time and the CPU time of the processes bench.TakeCPU
 // reads (the benchmark's own is "self": the appliers, or a direct client)
-// over the runs of one way of writing the rows.
+// over the runs of one way of writing the rows, and what the benchmark's
+// process allocated, collected and faulted in meanwhile (bench.Mem).
 type phase struct {
 	took time.Duration
 	cpu  bench.CPU
+	mem  bench.Mem
 }
 
-// run runs f as one more run of the phase.
-func (p *phase) run(f func() error) error {
-	cpu0 := bench.TakeCPU()
+// run runs f as one more run of the phase, named way in CPU profiles (the
+// pprof label "way"; the goroutines f starts carry it too).
+func (p *phase) run(way string, f func() error) error {
+	cpu0, mem0 := bench.TakeCPU(), bench.TakeMem()
 	start := time.Now()
-	err := f()
+	var err error
+	pprof.Do(context.Background(), pprof.Labels("way", way), func(context.Context) { err = f() })
 	p.took += time.Since(start)
+	p.mem = p.mem.Add(bench.TakeMem().Sub(mem0))
 	if p.cpu == nil {
 		p.cpu = bench.CPU{}
 	}
@@ -265,9 +279,15 @@ func (p *phase) run(f func() error) error {
 
 // report reports the phase's rate as <name>-changes/s and each process's
 // CPU time per change (µs) as <name>-<process>-us/change, where /proc
-// can be read.
+// can be read; and the benchmark's process's bytes allocated per change
+// (<name>-self-B/change), collections per thousand changes
+// (<name>-self-gc/kchange) and minor page faults per change
+// (<name>-self-faults/change).
 func (p *phase) report(b *testing.B, name string, changes float64) {
 	b.ReportMetric(changes/p.took.Seconds(), name+"-changes/s")
+	b.ReportMetric(float64(p.mem.Alloc)/changes, name+"-self-B/change")
+	b.ReportMetric(float64(p.mem.GCs)*1000/changes, name+"-self-gc/kchange")
+	b.ReportMetric(float64(p.mem.Faults)/changes, name+"-self-faults/change")
 	for k, v := range p.cpu {
 		if v > 0 {
 			b.ReportMetric(float64(v.Microseconds())/changes, name+"-"+k+"-us/change")

@@ -120,7 +120,7 @@ func BenchmarkMyPatchShape(b *testing.B) {
 						args = ways[way](&sb, args, cols[f], keys, vals)
 					}
 					sb.WriteString("; COMMIT")
-					if err := p.run(func() error {
+					if err := p.run(way, func() error {
 						_, err := db.ExecContext(ctx, sb.String(), args...)
 						return err
 					}); err != nil {

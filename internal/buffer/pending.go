@@ -94,18 +94,23 @@ func (b *Buffer) Changes(ctx context.Context, docs []DocRef, max int) ([][]chang
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("buffer: changes: %w", err)
 	}
+	// One array holds every document's changes, each capped at its own.
+	n := 0
+	for _, cmd := range cmds {
+		n += len(cmd.Val())
+	}
+	all := make([]change.Change, 0, n)
 	out := make([][]change.Change, len(docs))
 	for i, cmd := range cmds {
-		entries := cmd.Val()
-		cs := make([]change.Change, 0, len(entries))
-		for _, e := range entries {
+		from := len(all)
+		for _, e := range cmd.Val() {
 			c, err := change.Decode(e)
 			if err != nil {
 				return nil, fmt.Errorf("buffer: %s: %w", docs[i].Member, err)
 			}
-			cs = append(cs, c)
+			all = append(all, c)
 		}
-		out[i] = cs
+		out[i] = all[from:len(all):len(all)]
 	}
 	return out, nil
 }

@@ -127,7 +127,20 @@ type Effect struct {
 // (consecutive $sets collapse, $inc after $set becomes a $set of the sum, a
 // Put or Delete discards what came before it). It fails only on changes that
 // could not have been accepted (a patch after a delete, overflow).
+//
+// The Effect of a single put, or of a single patch that only sets columns
+// (the common run: one write per document between two applies), shares
+// its Doc or Set with the change instead of copying it; callers treat an
+// Effect's maps, like a change's, as read-only.
 func Compact(changes []Change) (Effect, error) {
+	if len(changes) == 1 {
+		switch c := changes[0]; {
+		case c.Kind == Put:
+			return Effect{Kind: Put, Doc: c.Doc}, nil
+		case c.Kind == Patch && len(c.Set) > 0 && len(c.Unset) == 0 && len(c.Inc) == 0 && len(c.JSON) == 0 && len(c.Ops) == 0:
+			return Effect{Kind: Patch, Set: c.Set}, nil
+		}
+	}
 	var e Effect
 	for i, c := range changes {
 		switch c.Kind {

@@ -137,6 +137,14 @@ func TestApplyAndCompactAgree(t *testing.T) {
 		{patch(t, s, `{"$push":{"j.l":1}}`), patch(t, s, `{"$inc":{"j.n":2}}`), patch(t, s, `{"$push":{"j.l":2}}`)},
 		{patch(t, s, `{"$set":{"j":{"l":[0]}}}`), patch(t, s, `{"$push":{"j.l":1},"$set":{"n":1}}`), patch(t, s, `{"$pull":{"j.l":0}}`)},
 		{patch(t, s, `{"$push":{"j":1}}`), patch(t, s, `{"$unset":{"j":""}}`), patch(t, s, `{"$addToSet":{"j":2}}`)},
+		// Runs of one change: a put or a patch of sets only shares its
+		// document with the Effect; the others are compacted as runs.
+		{put},
+		{patch(t, s, `{"$set":{"name":"a","n":7}}`)},
+		{patch(t, s, `{"$set":{"name":"a"},"$unset":{"n":""}}`)},
+		{patch(t, s, `{"$set":{"name":"a"},"$inc":{"f":1.5}}`)},
+		{patch(t, s, `{"$set":{"name":"a"},"$push":{"j.l":1}}`)},
+		{{Kind: Delete}},
 	}
 	for i, cs := range seqs {
 		want, err := ApplyAll(base, cs)

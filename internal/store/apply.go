@@ -188,7 +188,7 @@ func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string
 	p := &applyPlan{results: make([]Result, len(b.writes))}
 	putIndex := map[string]int{}
 	delIndex := map[string]int{}
-	var patches patchGroups
+	patches := patchGroups{shared: sharesTables(b.writes)}
 	for _, i := range b.order {
 		w := &b.writes[i]
 		r := &p.results[i]
@@ -258,6 +258,8 @@ func foldJSON(e *change.Effect, w *Write, row func(t *Table, id string) (change.
 		e.JSON = nil // no row: the patch updates nothing (Result.Missing)
 		return nil
 	}
+	// e.Set is e's own: Compact shares a change's Set only with an Effect
+	// that has no JSON operators.
 	if e.Set == nil {
 		e.Set = change.Doc{}
 	}

@@ -227,7 +227,7 @@ func myKeyArg(t *Table, id string) (any, error) {
 func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) (map[docKey]int64, map[string]map[string]bool, error) {
 	d := myDialect{}
 	cols, ids, parts := b.keys()
-	q := newQuery(d).add("START TRANSACTION; INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
+	q := newQuery(d).grow(3*len(ids)).add("START TRANSACTION; INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
 	for i := range ids {
 		if i > 0 {
 			q.add(", ")
@@ -354,16 +354,25 @@ func stmtBytes(q *query) int {
 // myExecPacket sends stmts as one multi-statement packet. The driver's
 // Result counts the rows of each (through database/sql, only the last's).
 func myExecPacket(ctx context.Context, conn *sql.Conn, stmts []myStmt) error {
-	texts := make([]string, len(stmts))
-	var args []driver.NamedValue
+	// Sized first: a batch's packet holds hundreds of arguments.
+	size, n := 0, 0
+	for _, st := range stmts {
+		size, n = size+st.q.sb.Len()+2, n+len(st.q.args)
+	}
+	var text strings.Builder
+	text.Grow(size)
+	args := make([]driver.NamedValue, 0, n)
 	for i, st := range stmts {
-		texts[i] = st.q.String()
+		if i > 0 {
+			text.WriteString("; ")
+		}
+		text.WriteString(st.q.String())
 		for _, a := range st.q.args {
 			args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: a})
 		}
 	}
 	return conn.Raw(func(dc any) error {
-		res, err := dc.(driver.ExecerContext).ExecContext(ctx, strings.Join(texts, "; "), args)
+		res, err := dc.(driver.ExecerContext).ExecContext(ctx, text.String(), args)
 		if err != nil {
 			return err
 		}
@@ -414,14 +423,21 @@ func myPatchQuery(g *patchGroup, rows [][]any) *query {
 	d := myDialect{}
 	key := "t." + d.ident(g.t.Schema.Key)
 	q := newQuery(d).add("UPDATE ", quoteTable(d, g.t.Name), " AS t SET ")
+	if len(rows) > 0 {
+		q.grow(len(rows) * 2 * len(rows[0])) // per row its key once per value and once in the IN list
+	}
 	in := func(col string) string { return "t." + col }
 	// A value's CASE registers its arguments before setList writes the
 	// assignment's left side, which has none: their order stays the text's.
 	setList(q, g.t, g.cols, in, in, func(i int, _ patchCol) string {
 		var c strings.Builder
-		c.WriteString("CASE " + key)
+		c.WriteString("CASE ")
+		c.WriteString(key)
 		for _, row := range rows {
-			c.WriteString(" WHEN " + q.arg(row[0]) + " THEN " + q.arg(row[i+1]))
+			c.WriteString(" WHEN ")
+			c.WriteString(q.arg(row[0]))
+			c.WriteString(" THEN ")
+			c.WriteString(q.arg(row[i+1]))
 		}
 		c.WriteString(" END")
 		return c.String()

@@ -2,8 +2,6 @@ package store
 
 import (
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/writeback/writeback/internal/change"
 )
@@ -31,15 +29,20 @@ type patchGroup struct {
 
 // patchGroups gathers a batch's patches into groups, in first-seen order.
 type patchGroups struct {
-	list  []*patchGroup
-	index map[string]*patchGroup // by shapeKey and round
+	list []*patchGroup
+	// shared says that two collections of the batch share a table: only
+	// then can a row be patched twice (a batch holds each document once).
+	shared bool
 	// rounds counts the patches of each row (table and key) so far. Two
 	// collections over one table can patch one row in the same batch; one
 	// statement must not name a row twice (PostgreSQL's UPDATE … FROM
 	// would apply only one of them), so the n-th patch of a row goes to a
 	// group of round n, and the groups run round after round (ordered).
-	rounds map[string]int
+	rounds map[rowKey]int
 }
+
+// rowKey names a row of a batch: collections over one table share it.
+type rowKey struct{ table, id string }
 
 // ordered returns the groups round by round, each round in first-seen
 // order: the patches of a row run in the batch's order.
@@ -50,17 +53,18 @@ func (p *patchGroups) ordered() []*patchGroup {
 
 // add files the patch (cols, vals) of row id of t, from write w.
 func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []any) {
-	if p.index == nil {
-		p.index, p.rounds = map[string]*patchGroup{}, map[string]int{}
+	round := 0
+	if p.shared {
+		if p.rounds == nil {
+			p.rounds = map[rowKey]int{}
+		}
+		row := rowKey{t.Name, id}
+		round = p.rounds[row]
+		p.rounds[row] = round + 1
 	}
-	row := t.Name + "\x00" + id
-	round := p.rounds[row]
-	p.rounds[row] = round + 1
-	k := strconv.Itoa(round) + "\x00" + shapeKey(t, cols)
-	g := p.index[k]
+	g := p.find(t, cols, round)
 	if g == nil {
 		g = &patchGroup{t: t, cols: cols, round: round}
-		p.index[k] = g
 		p.list = append(p.list, g)
 	}
 	g.ids = append(g.ids, id)
@@ -68,22 +72,43 @@ func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []an
 	g.rows = append(g.rows, vals)
 }
 
-// shapeKey names the shape of a patch of t: the table, and each column
-// with "=" for a set and "+n" for n amounts.
-func shapeKey(t *Table, cols []patchCol) string {
-	var sb strings.Builder
-	sb.WriteString(t.Name)
-	for _, pc := range cols {
-		sb.WriteByte(0)
-		sb.WriteString(pc.c.Name)
-		if pc.amounts == 0 {
-			sb.WriteByte('=')
-		} else {
-			sb.WriteByte('+')
-			sb.WriteString(strconv.Itoa(pc.amounts))
+// sharesTables reports whether two collections of writes share a table.
+func sharesTables(writes []Write) bool {
+	var colls map[string]string // table → the first collection seen over it
+	for i := range writes {
+		w := &writes[i]
+		if w.Table == nil || w.Collection == writes[0].Collection && colls == nil {
+			continue
+		}
+		if colls == nil {
+			colls = map[string]string{}
+			for _, v := range writes[:i] {
+				if v.Table != nil {
+					colls[v.Table.Name] = v.Collection
+				}
+			}
+		}
+		if c, ok := colls[w.Table.Name]; ok && c != w.Collection {
+			return true
+		}
+		colls[w.Table.Name] = w.Collection
+	}
+	return false
+}
+
+// find returns the group of t's patches of shape cols in round, if any. A
+// batch has few shapes (YCSB's updates: one per field), so a scan, the
+// latest groups first, costs less than naming each patch's shape.
+func (p *patchGroups) find(t *Table, cols []patchCol, round int) *patchGroup {
+	for i := len(p.list) - 1; i >= 0; i-- {
+		g := p.list[i]
+		if g.round == round && g.t.Name == t.Name && slices.EqualFunc(g.cols, cols, func(a, b patchCol) bool {
+			return a.c.Name == b.c.Name && a.amounts == b.amounts
+		}) {
+			return g
 		}
 	}
-	return sb.String()
+	return nil
 }
 
 // patchRow checks the Set and Inc of a Patch effect of row id of t and

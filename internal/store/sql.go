@@ -54,6 +54,12 @@ type query struct {
 
 func newQuery(d dialect) *query { return &query{d: d} }
 
+// grow makes room for n more arguments.
+func (q *query) grow(n int) *query {
+	q.args = slices.Grow(q.args, n)
+	return q
+}
+
 // arg binds v and returns its placeholder.
 func (q *query) arg(v any) string {
 	q.args = append(q.args, v)

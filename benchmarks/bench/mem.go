@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"bytes"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+)
+
+// Mem is what this process's memory management has done so far: the
+// bytes its goroutines allocated, the collections the runtime ran, and
+// the minor page faults the kernel served it (a page the runtime had
+// returned to the system, or never used, touched again). Per-run figures
+// are the difference of two readings (Sub).
+type Mem struct {
+	Alloc  uint64 // bytes allocated on the heap
+	GCs    uint64 // completed collections
+	Faults uint64 // minor page faults
+}
+
+var memSamples = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+
+// TakeMem reads Mem now.
+func TakeMem() Mem {
+	s := make([]metrics.Sample, len(memSamples))
+	copy(s, memSamples)
+	metrics.Read(s)
+	m := Mem{Alloc: s[0].Value.Uint64(), GCs: s[1].Value.Uint64()}
+	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
+		// minflt is field 10; the fields after the command name start at 3.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+			if f := strings.Fields(string(b[i+1:])); len(f) > 7 {
+				m.Faults, _ = strconv.ParseUint(f[7], 10, 64)
+			}
+		}
+	}
+	return m
+}
+
+// Sub returns m - earlier.
+func (m Mem) Sub(earlier Mem) Mem {
+	return Mem{Alloc: m.Alloc - earlier.Alloc, GCs: m.GCs - earlier.GCs, Faults: m.Faults - earlier.Faults}
+}
+
+// Add returns m + o.
+func (m Mem) Add(o Mem) Mem {
+	return Mem{Alloc: m.Alloc + o.Alloc, GCs: m.GCs + o.GCs, Faults: m.Faults + o.Faults}
+}
