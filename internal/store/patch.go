@@ -1,6 +1,7 @@
 package store
 
 import (
+	"hash/maphash"
 	"slices"
 
 	"github.com/writeback/writeback/internal/change"
@@ -29,7 +30,8 @@ type patchGroup struct {
 
 // patchGroups gathers a batch's patches into groups, in first-seen order.
 type patchGroups struct {
-	list []*patchGroup
+	list  []*patchGroup
+	index map[uint64][]*patchGroup // by shapeHash
 	// shared says that two collections of the batch share a table: only
 	// then can a row be patched twice (a batch holds each document once).
 	shared bool
@@ -62,9 +64,20 @@ func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []an
 		round = p.rounds[row]
 		p.rounds[row] = round + 1
 	}
-	g := p.find(t, cols, round)
+	if p.index == nil {
+		p.index = map[uint64][]*patchGroup{}
+	}
+	h := shapeHash(t, cols, round)
+	var g *patchGroup
+	for _, c := range p.index[h] {
+		if c.round == round && c.t.Name == t.Name && slices.EqualFunc(c.cols, cols, samePatchCol) {
+			g = c
+			break
+		}
+	}
 	if g == nil {
 		g = &patchGroup{t: t, cols: cols, round: round}
+		p.index[h] = append(p.index[h], g)
 		p.list = append(p.list, g)
 	}
 	g.ids = append(g.ids, id)
@@ -74,19 +87,10 @@ func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []an
 
 // sharesTables reports whether two collections of writes share a table.
 func sharesTables(writes []Write) bool {
-	var colls map[string]string // table → the first collection seen over it
-	for i := range writes {
-		w := &writes[i]
-		if w.Table == nil || w.Collection == writes[0].Collection && colls == nil {
+	colls := map[string]string{} // table → the first collection seen over it
+	for _, w := range writes {
+		if w.Table == nil {
 			continue
-		}
-		if colls == nil {
-			colls = map[string]string{}
-			for _, v := range writes[:i] {
-				if v.Table != nil {
-					colls[v.Table.Name] = v.Collection
-				}
-			}
 		}
 		if c, ok := colls[w.Table.Name]; ok && c != w.Collection {
 			return true
@@ -96,20 +100,25 @@ func sharesTables(writes []Write) bool {
 	return false
 }
 
-// find returns the group of t's patches of shape cols in round, if any. A
-// batch has few shapes (YCSB's updates: one per field), so a scan, the
-// latest groups first, costs less than naming each patch's shape.
-func (p *patchGroups) find(t *Table, cols []patchCol, round int) *patchGroup {
-	for i := len(p.list) - 1; i >= 0; i-- {
-		g := p.list[i]
-		if g.round == round && g.t.Name == t.Name && slices.EqualFunc(g.cols, cols, func(a, b patchCol) bool {
-			return a.c.Name == b.c.Name && a.amounts == b.amounts
-		}) {
-			return g
-		}
+// shapeHash hashes the shape of a patch of t in round — the table, and
+// each column with its number of amounts (0 for a set) — without building
+// a name for it: a batch computes one per patch.
+func shapeHash(t *Table, cols []patchCol, round int) uint64 {
+	var h maphash.Hash
+	h.SetSeed(shapeSeed)
+	h.WriteString(t.Name)
+	for _, pc := range cols {
+		h.WriteByte(0)
+		h.WriteString(pc.c.Name)
+		h.WriteByte(byte(pc.amounts))
 	}
-	return nil
+	h.WriteByte(byte(round))
+	return h.Sum64()
 }
+
+var shapeSeed = maphash.MakeSeed()
+
+func samePatchCol(a, b patchCol) bool { return a.c.Name == b.c.Name && a.amounts == b.amounts }
 
 // patchRow checks the Set and Inc of a Patch effect of row id of t and
 // returns its shape and values: per column in schema order, the value to
