@@ -79,17 +79,8 @@ func (c CPU) Sub(earlier CPU) CPU {
 // procTimes reads utime+stime (and cutime+cstime with children) of a
 // /proc/<pid>/stat, in clock ticks.
 func procTimes(path string, children bool) (float64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	// The fields after the command name, which may hold spaces, in
-	// parentheses: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
+	// utime is field 14, stime 15, cutime 16, cstime 17.
+	f := statFields(path)
 	if len(f) < 15 {
 		return 0, false
 	}
@@ -106,4 +97,19 @@ func procTimes(path string, children bool) (float64, bool) {
 		sum += v
 	}
 	return sum, true
+}
+
+// statFields returns the fields of a /proc/<pid>/stat after the command
+// name, which may hold spaces, in parentheses: f[0] is field 3 (state),
+// f[n] field n+3. nil when it cannot be read.
+func statFields(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
 }

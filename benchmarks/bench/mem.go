@@ -1,11 +1,8 @@
 package bench
 
 import (
-	"bytes"
-	"os"
 	"runtime/metrics"
 	"strconv"
-	"strings"
 )
 
 // Mem is what this process's memory management has done so far: the
@@ -24,13 +21,8 @@ func TakeMem() Mem {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(s)
 	m := Mem{Alloc: s[0].Value.Uint64(), GCs: s[1].Value.Uint64()}
-	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
-		// minflt is field 10; the fields after the command name start at 3.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
-			if f := strings.Fields(string(b[i+1:])); len(f) > 7 {
-				m.Faults, _ = strconv.ParseUint(f[7], 10, 64)
-			}
-		}
+	if f := statFields("/proc/self/stat"); len(f) > 7 {
+		m.Faults, _ = strconv.ParseUint(f[7], 10, 64) // minflt, field 10
 	}
 	return m
 }

@@ -188,7 +188,7 @@ func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string
 	p := &applyPlan{results: make([]Result, len(b.writes))}
 	putIndex := map[string]int{}
 	delIndex := map[string]int{}
-	patches := patchGroups{shared: sharesTables(b.writes)}
+	patches := newPatchGroups(len(b.writes))
 	for _, i := range b.order {
 		w := &b.writes[i]
 		r := &p.results[i]

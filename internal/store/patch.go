@@ -32,9 +32,6 @@ type patchGroup struct {
 type patchGroups struct {
 	list  []*patchGroup
 	index map[uint64][]*patchGroup // by shapeHash
-	// shared says that two collections of the batch share a table: only
-	// then can a row be patched twice (a batch holds each document once).
-	shared bool
 	// rounds counts the patches of each row (table and key) so far. Two
 	// collections over one table can patch one row in the same batch; one
 	// statement must not name a row twice (PostgreSQL's UPDATE … FROM
@@ -55,18 +52,9 @@ func (p *patchGroups) ordered() []*patchGroup {
 
 // add files the patch (cols, vals) of row id of t, from write w.
 func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []any) {
-	round := 0
-	if p.shared {
-		if p.rounds == nil {
-			p.rounds = map[rowKey]int{}
-		}
-		row := rowKey{t.Name, id}
-		round = p.rounds[row]
-		p.rounds[row] = round + 1
-	}
-	if p.index == nil {
-		p.index = map[uint64][]*patchGroup{}
-	}
+	row := rowKey{t.Name, id}
+	round := p.rounds[row]
+	p.rounds[row] = round + 1
 	h := shapeHash(t, cols, round)
 	var g *patchGroup
 	for _, c := range p.index[h] {
@@ -85,19 +73,9 @@ func (p *patchGroups) add(t *Table, cols []patchCol, id string, w int, vals []an
 	g.rows = append(g.rows, vals)
 }
 
-// sharesTables reports whether two collections of writes share a table.
-func sharesTables(writes []Write) bool {
-	colls := map[string]string{} // table → the first collection seen over it
-	for _, w := range writes {
-		if w.Table == nil {
-			continue
-		}
-		if c, ok := colls[w.Table.Name]; ok && c != w.Collection {
-			return true
-		}
-		colls[w.Table.Name] = w.Collection
-	}
-	return false
+// newPatchGroups returns the groups of a batch of n writes.
+func newPatchGroups(n int) patchGroups {
+	return patchGroups{index: map[uint64][]*patchGroup{}, rounds: make(map[rowKey]int, n)}
 }
 
 // shapeHash hashes the shape of a patch of t in round — the table, and
