@@ -246,7 +246,12 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 			b.done = append(b.done, buffer.Applied{DocRef: r}) // drained meanwhile: unindex
 			continue
 		}
-		b.groups[c.StoreName] = append(b.groups[c.StoreName], store.Write{
+		writes := b.groups[c.StoreName]
+		if writes == nil {
+			// Usually one store holds the whole batch.
+			writes = make([]store.Write, 0, len(refs)-i)
+		}
+		b.groups[c.StoreName] = append(writes, store.Write{
 			Collection: coll, Table: c.Table, ID: id, Partition: r.Part, Changes: changes[i],
 		})
 	}

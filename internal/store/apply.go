@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -28,8 +30,7 @@ type applyBatch struct {
 }
 
 func newApplyBatch(writes []Write) (*applyBatch, error) {
-	b := &applyBatch{writes: writes}
-	seen := make(map[docKey]bool, len(writes))
+	b := &applyBatch{writes: writes, order: make([]int, 0, len(writes))}
 	for i, w := range writes {
 		if len(w.Changes) == 0 {
 			continue
@@ -40,13 +41,6 @@ func newApplyBatch(writes []Write) (*applyBatch, error) {
 		if w.Collection == "" || w.ID == "" {
 			return nil, fmt.Errorf("store: write %d has an empty collection or id", i)
 		}
-		k := docKey{w.Collection, w.ID}
-		if seen[k] {
-			// Two writes of one document would have to be merged in seq
-			// order; the applier hands each document over once.
-			return nil, fmt.Errorf("store: document %s/%s appears twice in one batch", w.Collection, w.ID)
-		}
-		seen[k] = true
 		var prev int64
 		for _, c := range w.Changes {
 			if c.Seq <= prev {
@@ -56,13 +50,17 @@ func newApplyBatch(writes []Write) (*applyBatch, error) {
 		}
 		b.order = append(b.order, i)
 	}
-	sort.Slice(b.order, func(x, y int) bool {
-		wx, wy := &writes[b.order[x]], &writes[b.order[y]]
-		if wx.Collection != wy.Collection {
-			return wx.Collection < wy.Collection
-		}
-		return wx.ID < wy.ID
+	slices.SortFunc(b.order, func(x, y int) int {
+		wx, wy := &writes[x], &writes[y]
+		return cmp.Or(strings.Compare(wx.Collection, wy.Collection), strings.Compare(wx.ID, wy.ID))
 	})
+	for j := 1; j < len(b.order); j++ {
+		if w, prev := &writes[b.order[j]], &writes[b.order[j-1]]; w.Collection == prev.Collection && w.ID == prev.ID {
+			// Two writes of one document would have to be merged in seq
+			// order; the applier hands each document over once.
+			return nil, fmt.Errorf("store: document %s/%s appears twice in one batch", w.Collection, w.ID)
+		}
+	}
 	return b, nil
 }
 
@@ -185,7 +183,7 @@ type putGroup struct {
 // the row's current value — exactly once, since the applied records are
 // locked by the same transaction.
 func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string) (change.Doc, error)) (*applyPlan, error) {
-	p := &applyPlan{results: make([]Result, len(b.writes))}
+	p := &applyPlan{results: make([]Result, len(b.writes)), records: make([]AppliedRecord, 0, len(b.writes))}
 	putIndex := map[string]int{}
 	delIndex := map[string]int{}
 	patches := newPatchGroups(len(b.writes))

@@ -190,8 +190,8 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 			return nil, wrapErr("apply: describe "+g.t.Name, err, pgPermanent)
 		}
 	}
-	var cols, ids []string
-	var parts, seqs []int64
+	cols, ids := make([]string, 0, len(plan.records)), make([]string, 0, len(plan.records))
+	parts, seqs := make([]int64, 0, len(plan.records)), make([]int64, 0, len(plan.records))
 	for _, r := range plan.records {
 		cols, ids = append(cols, r.Collection), append(ids, r.ID)
 		parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
