@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/writeback/writeback/benchmarks/bench"
 	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 )
@@ -54,7 +55,13 @@ var world struct {
 }
 
 func TestMain(m *testing.M) {
+	unhost, err := bench.HostSidecars()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	code := m.Run()
+	unhost()
 	if world.db != nil {
 		ctx := context.Background()
 		world.mu.Lock()

@@ -387,3 +387,30 @@ func TestDeadLetterCommands(t *testing.T) {
 		t.Errorf("list after: %s", out)
 	}
 }
+
+// TestGCHeapFloor checks that `writeback serve` raises the collector's
+// goal to gcHeapFloor (its live heap is far below the default 64 MiB, so
+// the GC percentage goes above GOGC's 100), and that 0 leaves Go's
+// collector as GOGC says.
+func TestGCHeapFloor(t *testing.T) {
+	e := newEnv(t, 1)
+	for _, tc := range []struct {
+		name string
+		envs []string
+		ok   func(percent float64) bool
+		want string
+	}{
+		{"default floor", nil, func(p float64) bool { return p > 100 }, "above 100"},
+		{"floor off", []string{"WRITEBACK_GC_HEAP_FLOOR=0"}, func(p float64) bool { return p == 100 }, "100"},
+		{"floor off, GOGC=50", []string{"WRITEBACK_GC_HEAP_FLOOR=0", "GOGC=50"}, func(p float64) bool { return p == 50 }, "50"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := freeAddr(t)
+			sc := start(t, e.config(addr, "write-back", ""), addr, tc.envs...)
+			defer sc.stop()
+			if p := metricValue(t, addr, "go_gc_gogc_percent"); !tc.ok(p) {
+				t.Errorf("go_gc_gogc_percent = %v; want %s", p, tc.want)
+			}
+		})
+	}
+}

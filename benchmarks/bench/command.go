@@ -22,7 +22,8 @@ import (
 )
 
 // Command is the frame of a benchmark command: parse reads its flags, then
-// exec runs it with ctx, cancelled on SIGINT and SIGTERM so that an
+// exec runs it in a process that collects as a sidecar's does
+// (HostSidecars), with ctx, cancelled on SIGINT and SIGTERM so that an
 // interrupted run still prints what it measured. It returns exec's exit
 // code, 0 for -h, or 2 for bad flags (after printing the error, prefixed by
 // the command's name).
@@ -36,6 +37,12 @@ func Command[O any](ctx context.Context, name string, args []string, stdout, std
 		fmt.Fprintln(stderr, name+":", err)
 		return 2
 	}
+	unhost, err := HostSidecars()
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return 2
+	}
+	defer unhost()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return exec(ctx, o, stdout, stderr)

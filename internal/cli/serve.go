@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/internal/gcfloor"
 	"github.com/writeback/writeback/internal/server"
 )
 
@@ -63,6 +64,8 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	version, commit := BuildVersion()
 	server.Version, server.Commit = version, commit
 	log.Info("writeback starting", "version", version, "commit", commit, "instance", cfg.Writeback.InstanceID)
+	floor := gcfloor.Start(uint64(cfg.GCHeapFloor))
+	defer floor.Stop()
 	srv, err := server.New(ctx, cfg, reg, log)
 	if err != nil {
 		return err

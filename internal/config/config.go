@@ -18,9 +18,14 @@ import (
 
 // Config is the whole configuration of one sidecar.
 type Config struct {
-	Listen      string                `yaml:"listen"`      // API, /metrics, /healthz, /readyz
-	ListenResp  string                `yaml:"listenResp"`  // Redis-protocol front door: host:port or unix:<path>; empty disables it
-	DebugListen string                `yaml:"debugListen"` // loopback host:port of /debug/pprof; empty (the default) disables it
+	Listen      string `yaml:"listen"`      // API, /metrics, /healthz, /readyz
+	ListenResp  string `yaml:"listenResp"`  // Redis-protocol front door: host:port or unix:<path>; empty disables it
+	DebugListen string `yaml:"debugListen"` // loopback host:port of /debug/pprof; empty (the default) disables it
+	// GCHeapFloor is the heap below which Go's collector does not start a
+	// cycle (package gcfloor): a sidecar whose live heap is a few MiB
+	// would otherwise collect every few MiB it allocates. Above it GOGC
+	// rules as usual; 0 turns the floor off.
+	GCHeapFloor ByteSize              `yaml:"gcHeapFloor"`
 	Auth        Auth                  `yaml:"auth"`
 	Redis       Redis                 `yaml:"redis"`
 	Stores      map[string]Store      `yaml:"stores"`
@@ -281,7 +286,8 @@ func Default() *Config {
 			NearCache:         NearCacheOn,
 			ImmutableCache:    64 * MiB,
 		},
-		Limits: Limits{MaxBodyBytes: 1 * MiB},
+		GCHeapFloor: 64 * MiB,
+		Limits:      Limits{MaxBodyBytes: 1 * MiB},
 		HTTP: HTTP{
 			ReadHeaderTimeout: Duration{10 * time.Second},
 			ReadTimeout:       Duration{time.Minute},

@@ -125,6 +125,8 @@ var bindings = []binding{
 		func(c *Config) *string { return &c.Resp.SocketMode }),
 	stringBinding("debug-listen", "loopback host:port of the profiling endpoints (/debug/pprof, behind the admin token when one is set); empty disables them",
 		func(c *Config) *string { return &c.DebugListen }),
+	byteSizeBinding("gc-heap-floor", "heap below which the Go collector does not run (GOGC rules above it); 0 turns the floor off",
+		func(c *Config) *ByteSize { return &c.GCHeapFloor }),
 	stringBinding("auth-token", "token every /v1 request (bearer) and Redis-protocol connection (AUTH) must present; empty disables auth",
 		func(c *Config) *string { return &c.Auth.Token }),
 	stringBinding("auth-admin-token", "token the administrative endpoints (flush, dead letters) require instead of auth-token; empty: auth-token suffices",

@@ -66,9 +66,10 @@ func TestLoadFull(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, got.Validate())
 	want := &Config{
-		Listen:     "0.0.0.0:9000",
-		ListenResp: "127.0.0.1:6390",
-		Auth:       Auth{Token: "s3cret", AdminToken: "adm1n", AllowUnauthenticated: true},
+		Listen:      "0.0.0.0:9000",
+		ListenResp:  "127.0.0.1:6390",
+		GCHeapFloor: 32 * MiB,
+		Auth:        Auth{Token: "s3cret", AdminToken: "adm1n", AllowUnauthenticated: true},
 		Redis: Redis{
 			Addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"}, Mode: "sentinel", MasterName: "mymaster",
 			Username: "app", Password: "pw", DB: 2, Replicas: 1, KeyPrefix: "wb:test",
@@ -237,13 +238,14 @@ func TestLoadPrecedence(t *testing.T) {
 				"--redis-mode=sentinel", "--redis-master-name=m", "--redis-password=p", "--redis-replicas=2",
 				"--redis-key-prefix=k", "--partitions=3", "--workers=5", "--batch-size=6",
 				"--lease-lifetime=7ms", "--owner-lease=8s", "--pinned-memory-limit=9MiB", "--apply-delay=2s",
-				"--instance-id=i", "--log-level=warn", "--log-format=json",
+				"--instance-id=i", "--log-level=warn", "--log-format=json", "--gc-heap-floor=0",
 				"--auth-admin-token=a", "--allow-unauthenticated",
 				"--redis-username=u", "--redis-sentinel-password=sp", "--redis-tls", "--redis-tls-ca-file=ca.pem",
 			},
 			check: func(t *testing.T, c *Config) {
 				assert.Equal(t, ":1", c.Listen)
 				assert.Equal(t, ":2", c.ListenResp)
+				assert.Equal(t, ByteSize(0), c.GCHeapFloor)
 				assert.Equal(t, Auth{Token: "t", AdminToken: "a", AllowUnauthenticated: true}, c.Auth)
 				assert.Equal(t, Redis{
 					Addrs: []string{"r:3"}, Mode: "sentinel", MasterName: "m", Username: "u", Password: "p", Replicas: 2,
@@ -398,7 +400,7 @@ func TestLoadStructuralErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, wantErr string
 	}{
-		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, debugListen, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
+		{"top-level typo", "listn: x\n", "f.yaml:1: listn is not a known key; remove it or fix its spelling (the top level takes: auth, collections, debugListen, gcHeapFloor, http, limits, listen, listenResp, log, mappings, queues, redis, resp, stores, writeback)"},
 		{"list where a mapping belongs", "redis: [a]\n", "f.yaml:1: redis: want a mapping of keys (addrs, db, dialTimeout, keyPrefix, masterName, mode, password, poolSize, replicas, sentinelPassword, sentinelUsername, shareRoundTrips, tls, username)"},
 		{"scalar where a list belongs", "redis: {addrs: 127.0.0.1:6379}\n", "f.yaml:1: redis.addrs: want a list such as [a, b]"},
 		{"mapping where a value belongs", "listen: {a: b}\n", "f.yaml:1: listen: want a single value, not a list or a mapping"},
@@ -436,7 +438,7 @@ func TestBindFlags(t *testing.T) {
 	for _, name := range []string{
 		"config", "listen", "listen-resp", "auth-token", "redis-addrs", "redis-mode", "redis-master-name",
 		"redis-password", "redis-replicas", "redis-key-prefix", "partitions", "workers", "batch-size",
-		"lease-lifetime", "owner-lease", "pinned-memory-limit", "apply-delay", "log-level",
+		"lease-lifetime", "owner-lease", "pinned-memory-limit", "apply-delay", "log-level", "gc-heap-floor",
 	} {
 		f := fs.Lookup(name)
 		if assert.NotNil(t, f, "flag --%s", name) {
@@ -445,6 +447,7 @@ func TestBindFlags(t *testing.T) {
 	}
 	assert.Equal(t, "127.0.0.1:8480", fs.Lookup("listen").DefValue)
 	assert.Equal(t, "1GiB", fs.Lookup("pinned-memory-limit").DefValue)
+	assert.Equal(t, "64MiB", fs.Lookup("gc-heap-floor").DefValue)
 	assert.Equal(t, "500ms", fs.Lookup("lease-lifetime").DefValue)
 	assert.Equal(t, "", fs.Lookup("redis-password").DefValue, "secrets show no default")
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/writeback/writeback/internal/gcfloor"
 )
 
 // nameRE is what collection names, queue names and table names must match:
@@ -62,6 +64,9 @@ func (c *Config) Validate() error {
 	v.address("debugListen", c.DebugListen, true)
 	if c.DebugListen != "" && !Loopback(c.DebugListen) {
 		v.addf("debugListen: %q is reachable from other hosts; the profiling endpoints expose the process's memory and timing, so listen on 127.0.0.1 (for example 127.0.0.1:6060) and reach it through a tunnel", c.DebugListen)
+	}
+	if c.GCHeapFloor < 0 || c.GCHeapFloor > gcfloor.MaxFloor {
+		v.addf("gcHeapFloor: %d is out of range; use a size from 0 (off) to 1TiB, such as 64MiB", c.GCHeapFloor)
 	}
 	c.validateAuth(&v)
 	c.validateRedis(&v)
