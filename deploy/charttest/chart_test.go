@@ -150,6 +150,13 @@ func checkSidecar(t *testing.T, c corev1.Container, want sidecarWant) {
 			t.Errorf("sidecar env %s from Secret %s key %s, want Secret %s key %s", name, got.Name, got.Key, ref.Name, ref.Key)
 		}
 	}
+	// The Go runtime's soft memory limit is the container's, when it has one.
+	e, ok := envVar(c, "GOMEMLIMIT")
+	fromLimit := ok && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+		e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == "writeback"
+	if limited := !c.Resources.Limits.Memory().IsZero(); limited != fromLimit {
+		t.Errorf("sidecar memory limit %v, env GOMEMLIMIT %+v: want GOMEMLIMIT from limits.memory exactly when there is a limit", c.Resources.Limits.Memory(), e)
+	}
 	var mounted bool
 	for _, vm := range c.VolumeMounts {
 		mounted = mounted || (vm.MountPath == filepath.Dir(configPath) && vm.ReadOnly)
@@ -415,6 +422,20 @@ func TestInjectMode(t *testing.T) {
 	svc := find[*corev1.Service](t, ms, release+"-writeback-metrics")
 	if got := podsSelected(t, ms, selectorOf(svc)); len(got) != 1 || got[0].Name != d.Name {
 		t.Errorf("metrics Service selects %v, want the app's Deployment (labels from writeback.podLabels)", deploymentNames(got))
+	}
+}
+
+// TestNoMemoryLimit: a sidecar without a memory limit gets no GOMEMLIMIT
+// (checkSidecar checks the containers that have one).
+func TestNoMemoryLimit(t *testing.T) {
+	ms := render(t, "", "-f", example("app-sidecar"), "--set", "sidecar.resources.limits=null")
+	d := find[*appsv1.Deployment](t, ms, release)
+	sc := container(t, d, "writeback")
+	if !sc.Resources.Limits.Memory().IsZero() {
+		t.Fatalf("sidecar limits = %v, want none", sc.Resources.Limits)
+	}
+	if e, ok := envVar(sc, "GOMEMLIMIT"); ok {
+		t.Errorf("sidecar env GOMEMLIMIT = %+v without a memory limit; want none", e)
 	}
 }
 

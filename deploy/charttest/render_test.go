@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -324,7 +325,8 @@ func envVar(c corev1.Container, name string) (corev1.EnvVar, bool) {
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
 // containerEnv is the environment the container's process sees: Secret
-// references become "secret:<name>/<key>", status.podIP 10.1.2.3, and
+// references become "secret:<name>/<key>", status.podIP 10.1.2.3, the
+// container's limits.memory its limit in bytes, and
 // $(VAR) references to earlier variables are expanded as the kubelet does.
 func containerEnv(t *testing.T, c corev1.Container) map[string]string {
 	t.Helper()
@@ -342,6 +344,10 @@ func containerEnv(t *testing.T, c corev1.Container) map[string]string {
 			env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
 			env[e.Name] = "10.1.2.3"
+		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" &&
+			e.ValueFrom.ResourceFieldRef.ContainerName == c.Name:
+			// In bytes, as the kubelet gives it without a divisor.
+			env[e.Name] = strconv.FormatInt(c.Resources.Limits.Memory().Value(), 10)
 		default:
 			t.Fatalf("container %s: env %s: unexpected source %+v", c.Name, e.Name, e.ValueFrom)
 		}

@@ -13,7 +13,11 @@
 // wants it: after every cycle it sets the GC percentage so that the next
 // cycle starts at max(floor, live × (1 + GOGC/100)). A heap whose live part
 // is above the floor is collected exactly as GOGC says; one below it costs
-// at most the floor in memory.
+// at most the floor in memory. The runtime sets each goal as a cycle ends,
+// with the percentage then in force; the floor's cleanup runs just after
+// (on the runtime's cleanup goroutine) and sets the goal again from the new
+// live heap, so a heap that grew a lot in one cycle follows the previous
+// percentage only for that moment.
 package gcfloor
 
 import (
@@ -75,14 +79,6 @@ func (f *Floor) Stop() {
 	}
 	f.stopped = true
 	debug.SetGCPercent(f.base)
-}
-
-// Percent returns the GC percentage the floor set last (GOGC's while the
-// live heap is above the floor).
-func (f *Floor) Percent() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.percent
 }
 
 // arm registers a cleanup that runs after the next collection: it tunes

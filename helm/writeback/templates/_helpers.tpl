@@ -224,6 +224,23 @@ readinessProbe:
 {{- end }}
 
 {{/*
+GOMEMLIMIT from the writeback container's memory limit, when its resources
+(the argument) set one: the Go runtime then collects harder as its memory
+nears the limit instead of being killed there (gcHeapFloor only lets the
+heap grow to 64 MiB before the collector runs). An env entry of the same
+name in sidecar.env or appliers.env, which comes after, overrides it.
+*/}}
+{{- define "writeback.memoryLimitEnv" -}}
+{{- if dig "limits" "memory" "" (. | default dict) }}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: writeback
+      resource: limits.memory
+{{- end }}
+{{- end }}
+
+{{/*
 The sidecar container, as one item of a containers list (or of
 initContainers, with sidecar.native). Needs the volumes of
 "writeback.volumes" in the pod.
@@ -252,6 +269,7 @@ initContainers, with sidecar.native). Needs the volumes of
     - name: WRITEBACK_RESP_SOCKET_MODE
       value: "0666"
     {{- end }}
+    {{- with include "writeback.memoryLimitEnv" .Values.sidecar.resources | trim }}{{ . | nindent 4 }}{{ end }}
     {{- with .Values.sidecar.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
