@@ -21,10 +21,11 @@ func TestSessionCluster(t *testing.T) {
 		return metricValue(t, addr, "writeback_redis_replicas_in_sync") == 1
 	})
 	var st bankStats
-	model := bankRun(t, b, sc, 16, 5*time.Second, false, &st)
+	const minTransfers = 100
+	model := bankRun(t, b, sc, 16, 5*time.Second, false, &st, minTransfers, 0)
 	checkBank(t, b, sc, model)
 	t.Logf("cluster: %d transfers committed, %d aborted and retried; %d audits consistent", st.transfers.Load(), st.aborts.Load(), st.audits.Load())
-	if st.transfers.Load() < 100 {
+	if st.transfers.Load() < minTransfers {
 		t.Errorf("only %d transfers", st.transfers.Load())
 	}
 	checkClusterSpread(t)
