@@ -32,12 +32,13 @@ end
 `
 
 // luaPop removes the entries with seq <= last from the head of the
-// buffered write bw and re-scores or removes the document in the pending
-// index (pop_entries, which returns how many entries and bytes it removed:
-// the counters to take off the partition's stats, which a caller popping
-// many documents updates once); pop_prefix also updates the counters and
-// returns how many entries it removed. The pending documents are not
-// counted: the pending index's ZCARD is their number.
+// buffered write bw (pop_entries, which returns how many entries and bytes
+// it removed: the counters to take off the partition's stats, which a
+// caller popping many documents updates once) and re-scores or removes the
+// document in the pending index (reindex); pop_prefix does both for one
+// document, updates the counters and returns how many entries it removed.
+// The pending documents are not counted: the pending index's ZCARD is
+// their number.
 //
 // pop_entries' n is how many entries the caller expects the prefix to
 // hold (the entries its store applied; 0: unknown). It pops one more than
@@ -46,9 +47,17 @@ end
 // so that it knows the new head without asking; then, should the prefix
 // be longer than n, it pops one by one while the head is at or below
 // last. A wrong n costs commands, never an entry. A document whose applied
-// changes were all it had costs LPOP and ZREM.
+// changes were all it had costs one LPOP.
+//
+// pop_entries records in index (member → the new head's ms, false when
+// nothing is left) what reindex then does to the pending index in one ZREM
+// and one ZADD for all the documents popped, instead of a command per
+// document.
 const luaPop = `
-local function pop_entries(bw, pending, member, last, n)
+local function entry_seq(e)
+  return tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1))
+end
+local function pop_entries(bw, index, member, last, n)
   local popped, bytes = 0, 0
   local head, known = false, false -- the head after the pops, once known
   while n and n > 0 do
@@ -59,7 +68,7 @@ local function pop_entries(bw, pending, member, last, n)
       break
     end
     local k = #es
-    while k > 0 and entry_seq_ms(es[k]) > last do k = k - 1 end
+    while k > 0 and entry_seq(es[k]) > last do k = k - 1 end
     for j = 1, k do bytes = bytes + #es[j] end
     popped = popped + k
     if k < #es then
@@ -77,19 +86,36 @@ local function pop_entries(bw, pending, member, last, n)
   end
   if not known then head = redis.call('LINDEX', bw, 0) end
   while head do
-    if entry_seq_ms(head) > last then break end
+    if entry_seq(head) > last then break end
     redis.call('LPOP', bw)
     popped = popped + 1
     bytes = bytes + #head
     head = redis.call('LINDEX', bw, 0)
   end
   if not head then
-    redis.call('ZREM', pending, member)
+    index[member] = false
   elseif popped > 0 then
     local _, ms = entry_seq_ms(head)
-    redis.call('ZADD', pending, 'XX', ms, member)
+    index[member] = ms
   end
   return popped, bytes
+end
+local function reindex(pending, index)
+  local gone, moved = {}, {}
+  for member, ms in pairs(index) do
+    if ms then
+      moved[#moved + 1] = ms
+      moved[#moved + 1] = member
+    else
+      gone[#gone + 1] = member
+    end
+  end
+  for s = 1, #gone, 1000 do
+    redis.call('ZREM', pending, unpack(gone, s, math.min(s + 999, #gone)))
+  end
+  for s = 1, #moved, 1000 do
+    redis.call('ZADD', pending, 'XX', unpack(moved, s, math.min(s + 999, #moved)))
+  end
 end
 local function take_stats(stats, popped, bytes)
   if popped > 0 then
@@ -98,7 +124,9 @@ local function take_stats(stats, popped, bytes)
   end
 end
 local function pop_prefix(bw, pending, stats, member, last)
-  local popped, bytes = pop_entries(bw, pending, member, last, 0)
+  local index = {}
+  local popped, bytes = pop_entries(bw, index, member, last, 0)
+  reindex(pending, index)
   take_stats(stats, popped, bytes)
   return popped
 end
@@ -606,12 +634,13 @@ return grant_lease(KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5])
 // ARGV: per document its pending member, the last applied seq and how many
 // entries the applied prefix holds (0: unknown; pop_entries).
 var trimScript = redis.NewScript(luaEntry + luaPop + `
-local total, bytes = 0, 0
+local total, bytes, index = 0, 0, {}
 for k = 3, #KEYS do
   local a = 3 * (k - 3) + 1
-  local p, b = pop_entries(KEYS[k], KEYS[1], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+  local p, b = pop_entries(KEYS[k], index, ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
   total, bytes = total + p, bytes + b
 end
+reindex(KEYS[1], index)
 take_stats(KEYS[2], total, bytes)
 return total
 `)

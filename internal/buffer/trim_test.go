@@ -2,7 +2,10 @@ package buffer
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,16 +82,62 @@ func testTrimMany(t *testing.T, count func(exact int) int) {
 			bytes += int64(len(e))
 		}
 		changes += int64(len(raw))
-		_, err = b.rdb.ZScore(ctx, b.pendingKey(b.Partition("c", id)), Member("c", id)).Result()
+		score, err := b.rdb.ZScore(ctx, b.pendingKey(b.Partition("c", id)), Member("c", id)).Result()
 		if pending := err == nil; pending != (len(want) > 0) {
 			t.Fatalf("%s: pending %v with %d entries left", id, pending, len(want))
 		}
 		if len(want) > 0 {
 			docs++
+			// Scored by its new head's time: the oldest change left.
+			if ms := strings.Split(raw[0], "|")[1]; strconv.FormatFloat(score, 'f', -1, 64) != ms {
+				t.Fatalf("%s: pending with score %v, its head %q", id, score, raw[0])
+			}
 		}
 	}
 	st, err := b.Stats(ctx)
 	if err != nil || st.PendingChanges != changes || st.PendingDocuments != docs || st.ChangeBytes != bytes {
 		t.Fatalf("stats %+v (%v); want %d changes of %d bytes in %d documents", st, err, changes, bytes, docs)
 	}
+}
+
+// BenchmarkTrim measures Redis's time (INFO commandstats) per document
+// trimmed the way a drain's batch is: one trim script for 128 documents of
+// one partition, each with the one change the batch applied; idle Redis,
+// rounds of 20 batches, the median round reported.
+func BenchmarkTrim(bm *testing.B) {
+	base := newTestBuffer(bm)
+	b := New(base.rdb, base.prefix, 1, time.Second)
+	s, ctx := schema(bm), context.Background()
+	const docs, batches, rounds = 128, 20, 5
+	var per []float64
+	bm.ResetTimer()
+	for r := range rounds {
+		bm.StopTimer()
+		done := make([][]Applied, batches)
+		for i := range batches {
+			for d := range docs {
+				id := fmt.Sprintf("%d", (r*batches+i)*docs+d)
+				put, err := change.ParsePut(s, id, []byte(`{"n":1}`))
+				if err != nil {
+					bm.Fatal(err)
+				}
+				seq, out, err := b.Write(ctx, "c", id, put, s, WriteOptions{TTL: time.Minute})
+				if err != nil || out != Buffered {
+					bm.Fatalf("write %s: %v %v", id, out, err)
+				}
+				done[i] = append(done[i], Applied{DocRef: b.Ref("c", id), LastSeq: seq, Count: 1})
+			}
+		}
+		bm.StartTimer()
+		before := evalshaUsec(bm, b)
+		for _, d := range done {
+			if n, err := b.Trim(ctx, d); err != nil || n != docs {
+				bm.Fatalf("trim: %d, %v; want %d", n, err, docs)
+			}
+		}
+		per = append(per, float64(evalshaUsec(bm, b)-before)/(docs*batches))
+	}
+	bm.StopTimer()
+	bm.ReportMetric(slices.Sorted(slices.Values(per))[len(per)/2], "redis-µs/doc")
+	bm.Logf("Redis µs per trimmed document, per round: %v", per)
 }
