@@ -33,6 +33,21 @@ func newTestBuffer(t testing.TB) *Buffer {
 	return New(rdb, prefix, 4, 500*time.Millisecond)
 }
 
+// bufferPut buffers a put of {"n":1} as document id of collection "c"
+// and returns its seq.
+func bufferPut(tb testing.TB, b *Buffer, s *change.Schema, id string) int64 {
+	tb.Helper()
+	put, err := change.ParsePut(s, id, []byte(`{"n":1}`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seq, out, err := b.Write(context.Background(), "c", id, put, s, WriteOptions{TTL: time.Minute})
+	if err != nil || out != Buffered {
+		tb.Fatalf("put %s: %v %v", id, out, err)
+	}
+	return seq
+}
+
 func schema(t testing.TB) *change.Schema {
 	t.Helper()
 	s, err := change.NewSchema("id", []change.Column{{Name: "id", Type: change.TypeInt}, {Name: "n", Type: change.TypeInt, Nullable: true}, {Name: "f", Type: change.TypeFloat, Nullable: true}})

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/writeback/writeback/internal/change"
 )
 
 // PendingDocs and PendingCounts with an age see only the documents whose
@@ -16,18 +14,7 @@ import (
 // The first aged call on a server without the script loads it.
 func TestPendingAged(t *testing.T) {
 	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
-	put := func(id string) int64 {
-		t.Helper()
-		c, err := change.ParsePut(s, id, []byte(`{"n":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq, out, err := b.Write(ctx, "c", id, c, s, WriteOptions{TTL: time.Minute})
-		if err != nil || out != Buffered {
-			t.Fatalf("put %s: %v %v", id, out, err)
-		}
-		return seq
-	}
+	put := func(id string) int64 { return bufferPut(t, b, s, id) }
 	all := []int{0, 1, 2, 3}
 	aged := func(age time.Duration) []string {
 		t.Helper()

@@ -16,10 +16,7 @@ import (
 func TestCheckRollback(t *testing.T) {
 	b, s, ctx := newTestBuffer(t), schema(t), context.Background()
 	for _, id := range []string{"1", "2", "3"} {
-		put, _ := change.ParsePut(s, id, []byte(`{"n":1}`))
-		if _, out, err := b.Write(ctx, "c", id, put, s, WriteOptions{TTL: time.Minute}); err != nil || out != Buffered {
-			t.Fatalf("put %s: %v %v", id, out, err)
-		}
+		bufferPut(t, b, s, id)
 	}
 	if _, err := b.rdb.Set(ctx, b.ileaseKey(0, "x"), "tok", time.Minute).Result(); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,16 +115,8 @@ func BenchmarkTrim(bm *testing.B) {
 		done := make([][]Applied, batches)
 		for i := range batches {
 			for d := range docs {
-				id := fmt.Sprintf("%d", (r*batches+i)*docs+d)
-				put, err := change.ParsePut(s, id, []byte(`{"n":1}`))
-				if err != nil {
-					bm.Fatal(err)
-				}
-				seq, out, err := b.Write(ctx, "c", id, put, s, WriteOptions{TTL: time.Minute})
-				if err != nil || out != Buffered {
-					bm.Fatalf("write %s: %v %v", id, out, err)
-				}
-				done[i] = append(done[i], Applied{DocRef: b.Ref("c", id), LastSeq: seq, Count: 1})
+				id := strconv.Itoa((r*batches+i)*docs + d)
+				done[i] = append(done[i], Applied{DocRef: b.Ref("c", id), LastSeq: bufferPut(bm, b, s, id), Count: 1})
 			}
 		}
 		bm.StartTimer()
