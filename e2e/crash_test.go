@@ -277,7 +277,8 @@ func TestCrashRecovery(t *testing.T) {
 
 // Acceptance 2, deliberate case: the sidecar dies after the store committed
 // a batch and before Redis was trimmed. The restarted sidecar replays the
-// batch, finds the applied records and skips it.
+// batch, finds the floors its cut moved (the records, with applyCuts off)
+// and skips it.
 func TestCrashBetweenCommitAndTrim(t *testing.T) {
 	e := newEnv(t, 10)
 	addr := freeAddr(t)

@@ -312,16 +312,25 @@ func (s *Sidecar) Close() error {
 	return err
 }
 
-// ForgetApplied deletes the store's applied records of a collection
-// (store.AppliedTable). The demo and the benchmarks recreate their tables,
-// so the records of the old rows mean nothing; the sidecar would cope with
-// them anyway, since it raises its sequences above every applied record.
+// ForgetApplied deletes the store's applied records and floors of a
+// collection (store.AppliedTable, store.FloorsTable). The demo and the
+// benchmarks recreate their tables, so the records of the old rows mean
+// nothing; the sidecar would cope with them anyway, since it raises its
+// sequences above every applied record and floor.
 func ForgetApplied(ctx context.Context, db *ycsb.DB, collection string) error {
-	ok, err := db.TableExists(ctx, store.AppliedTable)
-	if err != nil || !ok {
-		return err
+	for _, table := range []string{store.AppliedTable, store.FloorsTable} {
+		ok, err := db.TableExists(ctx, table)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := db.Exec(ctx, "DELETE FROM "+table+" WHERE collection = "+db.Placeholder(1), collection); err != nil {
+			return err
+		}
 	}
-	return db.Exec(ctx, "DELETE FROM "+store.AppliedTable+" WHERE collection = "+db.Placeholder(1), collection)
+	return nil
 }
 
 // NewClient returns a ycsb.Client of the sidecar's collection (through the

@@ -45,6 +45,11 @@ type Config struct {
 	// BatchTimeout bounds one round (default and most: 30 s). A round
 	// that outlives it is retried smaller (see shrink).
 	BatchTimeout time.Duration
+	// RecordsOnly reads the rounds' batches as documents, each applied
+	// with its applied record, instead of as cuts of their partitions
+	// that move one floor per collection and partition (see readBatch):
+	// for a rolling upgrade from a version that knows no floors.
+	RecordsOnly bool
 }
 
 // MinCompactEvery is the shortest applied-records compaction period: more

@@ -96,7 +96,7 @@ func (w *mongoWorld) pending(t *testing.T, id string) []change.Change {
 
 func (w *mongoWorld) read(t *testing.T, id string) (change.Doc, int64) {
 	t.Helper()
-	d, seq, err := w.st.Read(context.Background(), w.tbl, w.name, id)
+	d, seq, err := w.st.Read(context.Background(), w.tbl, w.name, id, w.buf.Partition(w.name, id))
 	require.NoError(t, err)
 	return d, seq
 }

@@ -22,7 +22,7 @@ func TestApplyDelay(t *testing.T) {
 	}
 	applied := func(id string) int64 {
 		t.Helper()
-		_, seq, err := w.st.Read(ctx, tbl, w.coll, id)
+		_, seq, err := w.st.Read(ctx, tbl, w.coll, id, w.buf.Partition(w.coll, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestApplyDelay(t *testing.T) {
 	if n := batches.GetHistogram().GetSampleCount(); n != 1 {
 		t.Errorf("%d batches applied; want 1", n)
 	}
-	row, _, err := w.st.Read(ctx, tbl, w.coll, "1")
+	row, _, err := w.st.Read(ctx, tbl, w.coll, "1", w.buf.Partition(w.coll, "1"))
 	if err != nil || string(row["n"]) != "4" {
 		t.Fatalf("row %v, %v; want n 4", row, err)
 	}

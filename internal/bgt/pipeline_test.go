@@ -15,6 +15,7 @@ import (
 	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
+	"github.com/writeback/writeback/internal/testenv"
 )
 
 // batchLog is a store that records the documents of each Apply and, on
@@ -129,10 +130,117 @@ func TestApplyRoundPipelines(t *testing.T) {
 		t.Fatalf("%v changes applied twice", n)
 	}
 	for _, id := range ids {
-		got, _, err := w.st.Read(ctx, tbl, w.coll, id)
+		got, _, err := w.st.Read(ctx, tbl, w.coll, id, w.buf.Partition(w.coll, id))
 		if err != nil || string(got["n"]) != "2" {
 			t.Fatalf("row %s: %s, %v; want n 2", id, got, err)
 		}
+	}
+}
+
+// cutLog is a batchLog whose store takes cuts (store.Planner): a round
+// reads its batches as cuts, and applies them so.
+type cutLog struct {
+	*batchLog
+	cuts int // the batches applied as cuts
+}
+
+func (s *cutLog) ApplyPlanned(ctx context.Context, p *store.Planned) ([]store.Result, error) {
+	s.mu.Lock()
+	s.batches = append(s.batches, nil)
+	s.cuts++
+	s.mu.Unlock()
+	s.during(nil)
+	return s.Store.(store.Planner).ApplyPlanned(ctx, p)
+}
+
+// A round of cuts applies a backlog of increments while more are buffered
+// during each batch, of the documents in the store among others: a batch
+// then holds the changes of documents of the batch in the store that are
+// past its cut, and every increment must count once.
+func TestApplyRoundCuts(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	tbl, err := w.st.Describe(ctx, w.table, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := w.buf.Partition(w.coll, "0")
+	var ids []string
+	for i := 0; len(ids) < 40; i++ {
+		if id := strconv.Itoa(i); w.buf.Partition(w.coll, id) == part {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		w.put(t, id, 0)
+	}
+	inc := func(id string) error {
+		c, err := change.ParsePatch(tbl.Schema, []byte(`{"$inc":{"n":1}}`))
+		if err == nil {
+			_, _, err = w.buf.Write(ctx, w.coll, id, c, tbl.Schema, buffer.WriteOptions{TTL: time.Minute})
+		}
+		return err
+	}
+	want := map[string]int{}
+	var incErr error
+	log := &cutLog{batchLog: &batchLog{Store: w.st, seen: map[string]bool{}}}
+	k := 0
+	log.during = func([]string) {
+		// Three increments per batch of the first twelve, spread over the
+		// documents, those of the batch in the store included.
+		if k >= 12*3*7 {
+			return
+		}
+		for range 3 {
+			id := ids[k%len(ids)]
+			k += 7
+			if err := inc(id); err != nil && incErr == nil {
+				incErr = err
+			}
+			want[id]++
+		}
+	}
+	for _, id := range ids[:10] {
+		for range 3 {
+			if err := inc(id); err != nil {
+				t.Fatal(err)
+			}
+			want[id]++
+		}
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	app := New(Config{InstanceID: "t", Workers: 1, BatchSize: 8, MaxPerDoc: 2},
+		w.buf, map[string]*Collection{w.coll: {Name: w.coll, StoreName: "pg", Store: log, Table: tbl}},
+		m, slog.New(slog.DiscardHandler))
+	for range 100 {
+		n, _, err := app.ApplyRound(ctx, []int{part})
+		if err != nil || incErr != nil {
+			t.Fatal(err, incErr)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	t.Logf("%d batches applied as cuts", log.cuts)
+	if log.cuts < 12 {
+		t.Fatalf("%d batches applied as cuts; want the 40 documents' five and more", log.cuts)
+	}
+	for _, id := range ids {
+		got, _, err := w.st.Read(ctx, tbl, w.coll, id, part)
+		if err != nil || string(got["n"]) != strconv.Itoa(want[id]) {
+			t.Fatalf("row %s: %s, %v; want n %d", id, got, err, want[id])
+		}
+	}
+	st, err := w.buf.Stats(ctx)
+	if err != nil || st.PendingChanges != 0 {
+		t.Fatalf("%+v, %v; want nothing pending", st, err)
+	}
+	var floors int
+	if err := queryInt(ctx, testenv.PostgresDSN(t), "SELECT count(*) FROM "+store.FloorsTable+" WHERE collection = '"+w.coll+"' AND seq > 0", &floors); err != nil || floors != 1 {
+		t.Fatalf("%d floors moved, %v; want the partition's", floors, err)
+	}
+	if recs := w.records(t); len(recs) != 0 {
+		t.Fatalf("records %v; cuts write none", recs)
 	}
 }
 

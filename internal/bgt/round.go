@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/writeback/writeback/internal/buffer"
+	"github.com/writeback/writeback/internal/change"
 	"github.com/writeback/writeback/internal/fault"
 	"github.com/writeback/writeback/internal/metrics"
 	"github.com/writeback/writeback/internal/store"
@@ -91,7 +93,9 @@ const maxPipelined = 8
 // one of the partitions (ApplyDoc). The partitions stay locked throughout,
 // so no batch is read across a release of their lock (a MongoDB store
 // relies on that lock for each document's order), and a batch never holds a
-// document of the batch still in the store. full reports that more
+// change of the batch still in the store (with cuts, it may hold a later
+// change of one of its SQL documents; never one of a MongoDB document,
+// whose conversion rewrites the head of its buffered write). full reports that more
 // documents were pending than the round took.
 func (a *Applier) ApplyRound(ctx context.Context, parts []int) (applied int, full bool, err error) {
 	return a.applyRound(ctx, parts, nil, 0)
@@ -150,7 +154,7 @@ func (a *Applier) applyRound(ctx context.Context, parts []int, stop <-chan struc
 		if rerr == nil {
 			trim = nil
 			if b.full && n < maxPipelined && more() {
-				next, rerr = a.readBatch(ctx, parts, size, perDoc, b.members, age)
+				next, rerr = a.readBatch(ctx, parts, size, perDoc, b, age)
 			}
 		}
 		o := <-out
@@ -190,29 +194,102 @@ type batch struct {
 	planned map[string]*store.Planned // groups planned ahead, for stores that are store.Planners
 	done    []buffer.Applied          // documents drained meanwhile: unindex
 	members map[buffer.DocRef]bool
-	full    bool // more documents were pending than the batch took
+	// bounds is, for a batch read as cuts, each partition's bound: the
+	// batch holds every buffered change of its partition at or below it
+	// (and above the previous batch's bound), and no other. seqs is each
+	// partition's sequence as the cut read it; past, the documents whose
+	// changes read went past the bound (or were cut at perDoc).
+	bounds map[int]int64
+	seqs   map[int]int64
+	past   map[buffer.DocRef]bool
+	full   bool // more documents were pending than the batch took
 }
 
 // readBatch reads up to size pending documents of parts (with age > 0, of
-// those pending for at least age), skipping those in skip (the batch in
-// the store), and up to perDoc changes of each; nil when none is pending.
-func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, skip map[buffer.DocRef]bool, age time.Duration) (*batch, error) {
-	// Read past documents of collections this sidecar does not serve (a
-	// collection removed from the config while it had pending writes; or
-	// another deployment's) and those of the batch in the store: they must
-	// not hide the others.
-	lists, err := a.buf.PendingDocs(ctx, parts, 2*size+len(skip), age)
+// those pending for at least age) and up to perDoc changes of each; nil
+// when none is pending. prev, when not nil, is the batch in the store,
+// which commits before this one: its documents are skipped; or, with cuts,
+// this batch holds the changes above its bounds.
+//
+// With cuts (not Config.RecordsOnly), the batch is a cut of each partition
+// (buffer.Cut): every buffered change of the partition up to its bound,
+// which Pick and perDoc may lower, and stores that plan ahead apply it as
+// one (store.PlanCut), moving one floor per collection and partition
+// instead of a record per document. Not with an age (ApplyDelay): a cut
+// would leave out the changes younger than the age of the documents it
+// takes, which the delay is there to gather into one row write; nor after
+// a batch read as documents. When the bounds leave nothing of a
+// first batch (its documents all tied on the score of one left out), it
+// is read as documents instead, so that the round makes progress.
+func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, prev *batch, age time.Duration) (*batch, error) {
+	if a.cfg.RecordsOnly || age > 0 || (prev != nil && prev.bounds == nil) {
+		return a.readAs(ctx, parts, size, perDoc, prev, age, false)
+	}
+	b, err := a.readAs(ctx, parts, size, perDoc, prev, age, true)
+	if err != nil || b == nil || len(b.groups) > 0 || len(b.done) > 0 {
+		return b, err
+	}
+	if prev != nil {
+		return nil, nil // the next round reads them, once prev is trimmed
+	}
+	a.log.Debug("a cut of the pending documents holds no change; reading them as documents", "partitions", parts)
+	return a.readAs(ctx, parts, size, perDoc, nil, age, false)
+}
+
+// readAs is readBatch, reading cuts or not.
+func (a *Applier) readAs(ctx context.Context, parts []int, size, perDoc int, prev *batch, age time.Duration, cut bool) (*batch, error) {
+	var skip map[buffer.DocRef]bool
+	if prev != nil {
+		skip = prev.members
+	}
+	var cuts []buffer.Cut
+	var lists [][]string
+	var err error
+	if !cut {
+		lists, err = a.buf.PendingDocs(ctx, parts, 2*size+len(skip), age)
+	} else {
+		// A cut takes every document it reads: each partition's share of
+		// the batch, and the documents of the batch in the store it holds.
+		quota := (size + len(parts) - 1) / len(parts)
+		limits := make([]int, len(parts))
+		for i, p := range parts {
+			limits[i] = quota
+			for r := range skip {
+				if r.Part == p {
+					limits[i]++
+				}
+			}
+		}
+		cuts, err = a.buf.PendingCuts(ctx, parts, limits)
+		lists = make([][]string, len(cuts))
+		for i := range cuts {
+			lists[i] = cuts[i].Members
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	// Read past documents of collections this sidecar does not serve (a
+	// collection removed from the config while it had pending writes; or
+	// another deployment's) and those of the batch in the store: they must
+	// not hide the others. carried is the documents of the batch in the
+	// store that a cut must read again: those of stores taking cuts (it
+	// holds their changes past the previous cut) that may have any —
+	// changes the previous cut read and left out, or changes buffered since
+	// it read the partition's sequence.
 	unknown := 0
+	var carried []buffer.DocRef
 	for i, l := range lists {
-		kept := l[:0]
+		var kept []string
 		for _, m := range l {
-			if skip[buffer.DocRef{Part: parts[i], Member: m}] {
+			coll, _ := buffer.SplitMember(m)
+			if ref := (buffer.DocRef{Part: parts[i], Member: m}); skip[ref] {
+				if cut && a.cuttable(coll) && (prev.past[ref] || cuts[i].Seq > prev.seqs[parts[i]]) {
+					carried = append(carried, ref)
+				}
 				continue
 			}
-			if coll, _ := buffer.SplitMember(m); a.colls[coll] != nil {
+			if a.colls[coll] != nil {
 				kept = append(kept, m)
 			} else {
 				unknown++
@@ -223,18 +300,45 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 	if unknown > 0 {
 		a.warnUnknown(unknown)
 	}
-	refs := Pick(parts, lists, size)
+	b := &batch{groups: map[string][]store.Write{}}
+	var refs []buffer.DocRef
+	if cut {
+		b.bounds, b.seqs = make(map[int]int64, len(parts)), make(map[int]int64, len(parts))
+		b.past = map[buffer.DocRef]bool{}
+		for i, p := range parts {
+			for _, m := range lists[i] {
+				refs = append(refs, buffer.DocRef{Part: p, Member: m})
+			}
+			b.bounds[p], b.seqs[p] = cuts[i].Bound, cuts[i].Seq
+			b.full = b.full || cuts[i].More
+		}
+	} else {
+		refs = Pick(parts, lists, size)
+		for _, l := range lists {
+			b.full = b.full || len(l) >= size
+		}
+		b.full = b.full || len(refs) == size
+	}
+	picked := len(refs)
+	refs = append(refs, carried...)
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	b := &batch{groups: map[string][]store.Write{}, members: make(map[buffer.DocRef]bool, len(refs))}
-	for _, l := range lists {
-		b.full = b.full || len(l) >= size
-	}
-	b.full = b.full || len(refs) == size
+	b.members = make(map[buffer.DocRef]bool, len(refs))
 	changes, err := a.buf.Changes(ctx, refs, perDoc)
 	if err != nil {
 		return nil, err
+	}
+	if cut {
+		// A partition's bound is at most the last change read of a
+		// document cut at perDoc (of a store taking cuts: the others'
+		// changes are not filtered).
+		for i, r := range refs {
+			coll, _ := buffer.SplitMember(r.Member)
+			if cs := changes[i]; len(cs) >= perDoc && a.cuttable(coll) {
+				b.bounds[r.Part] = min(b.bounds[r.Part], cs[len(cs)-1].Seq)
+			}
+		}
 	}
 	for i, r := range refs {
 		// A document cut at perDoc changes has more pending.
@@ -243,8 +347,24 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 		coll, id := buffer.SplitMember(r.Member)
 		c := a.colls[coll]
 		if len(changes[i]) == 0 {
-			b.done = append(b.done, buffer.Applied{DocRef: r}) // drained meanwhile: unindex
+			if i < picked {
+				b.done = append(b.done, buffer.Applied{DocRef: r}) // drained meanwhile: unindex
+			}
 			continue
+		}
+		cs := changes[i]
+		if b.bounds != nil && a.cuttable(coll) {
+			var lo int64
+			if prev != nil {
+				lo = prev.bounds[r.Part]
+			}
+			if len(cs) >= perDoc || cs[len(cs)-1].Seq > b.bounds[r.Part] {
+				b.past[r] = true
+			}
+			cs = within(cs, lo, b.bounds[r.Part])
+			if len(cs) == 0 {
+				continue
+			}
 		}
 		writes := b.groups[c.StoreName]
 		if writes == nil {
@@ -252,20 +372,54 @@ func (a *Applier) readBatch(ctx context.Context, parts []int, size, perDoc int, 
 			writes = make([]store.Write, 0, len(refs)-i)
 		}
 		b.groups[c.StoreName] = append(writes, store.Write{
-			Collection: coll, Table: c.Table, ID: id, Partition: r.Part, Changes: changes[i],
+			Collection: coll, Table: c.Table, ID: id, Partition: r.Part, Changes: cs,
 		})
+	}
+	if b.bounds != nil && prev != nil {
+		// A bound below the previous batch's (a document of both cut at
+		// perDoc) took nothing: the next batch starts above the higher.
+		for p, lo := range prev.bounds {
+			if _, ok := b.bounds[p]; ok {
+				b.bounds[p] = max(b.bounds[p], lo)
+			}
+		}
 	}
 	// Planned here, the next batch's statements are ready when the batch
 	// in the store commits.
 	for name, writes := range b.groups {
-		if _, ok := a.colls[writes[0].Collection].Store.(store.Planner); ok {
+		if a.cuttable(writes[0].Collection) {
 			if b.planned == nil {
 				b.planned = map[string]*store.Planned{}
 			}
-			b.planned[name] = store.Plan(writes)
+			if b.bounds != nil {
+				b.planned[name] = store.PlanCut(writes)
+			} else {
+				b.planned[name] = store.Plan(writes)
+			}
 		}
 	}
 	return b, nil
+}
+
+// cuttable reports whether coll's store plans batches ahead, and so can
+// apply one as a cut (store.PlanCut).
+func (a *Applier) cuttable(coll string) bool {
+	c := a.colls[coll]
+	if c == nil {
+		return false
+	}
+	_, ok := c.Store.(store.Planner)
+	return ok
+}
+
+// within returns the changes cs (in seq order) with lo < seq <= hi.
+func within(cs []change.Change, lo, hi int64) []change.Change {
+	from := sort.Search(len(cs), func(j int) bool { return cs[j].Seq > lo })
+	to := sort.Search(len(cs), func(j int) bool { return cs[j].Seq > hi })
+	if from >= to {
+		return nil
+	}
+	return cs[from:to]
 }
 
 // applyBatch applies b, one transaction per store, and returns what to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,6 +71,62 @@ func (b *Buffer) pendingRound(ctx context.Context, parts []int, age time.Duratio
 		return nil, err
 	}
 	return cmds, nil
+}
+
+// Cut is the oldest pending documents of one partition, read so that an
+// applier can take them all as a cut (see store.PlanCut): Bound is a seq
+// such that every change of the partition buffered at or below it belongs
+// to one of Members. Its changes above Bound are not part of the cut.
+//
+// Why: the write script gives a change the seq max(previous + 1, Redis's
+// clock in µs) and a document its oldest buffered change's clock in ms as
+// its score (a trim re-scores it by its new oldest), so a document holding
+// a change of seq s has a score of at most s / 1000. When more documents
+// were pending than the limit, Bound stays below the first µs of the first
+// one left out, whose score no member exceeds; and it is at most the
+// partition's sequence, read with the members: a change buffered after the
+// read is above it.
+type Cut struct {
+	Members []string // the longest pending first
+	Seq     int64    // the partition's sequence when it was read
+	Bound   int64
+	More    bool // more documents were pending than the limit
+}
+
+// PendingCuts reads the oldest pending documents of each of parts as a
+// Cut, up to limits[i] of parts[i], in one round trip: per partition, in
+// one transaction (MULTI), its sequence, its first members and the score
+// of the next one — the only score read (Redis spells every score it
+// replies with in full, which costs more than the member).
+func (b *Buffer) PendingCuts(ctx context.Context, parts, limits []int) ([]Cut, error) {
+	pipe := b.rdb.TxPipeline()
+	seqs := make([]*redis.StringCmd, len(parts))
+	members := make([]*redis.StringSliceCmd, len(parts))
+	next := make([]*redis.ZSliceCmd, len(parts))
+	for i, p := range parts {
+		seqs[i] = pipe.Get(ctx, b.seqKey(p))
+		members[i] = pipe.ZRange(ctx, b.pendingKey(p), 0, int64(limits[i]-1))
+		next[i] = pipe.ZRangeWithScores(ctx, b.pendingKey(p), int64(limits[i]), int64(limits[i]))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("buffer: pending: %w", err)
+	}
+	cuts := make([]Cut, len(parts))
+	for i := range parts {
+		c := &cuts[i]
+		if v := seqs[i].Val(); v != "" {
+			seq, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("buffer: the sequence of partition %d is %q, not a number", parts[i], v)
+			}
+			c.Seq = seq
+		}
+		c.Members, c.Bound = members[i].Val(), c.Seq
+		if z := next[i].Val(); len(z) > 0 {
+			c.Bound, c.More = min(c.Seq, int64(z[0].Score)*1000-1), true
+		}
+	}
+	return cuts, nil
 }
 
 // DocRef names a document in the pending index: its partition and member.

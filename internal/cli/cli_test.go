@@ -141,7 +141,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{
 			name:       "unknown key",
 			args:       []string{"serve", "--config", "testdata/typo.yaml"},
-			wantStderr: "writeback: testdata/typo.yaml:3: writeback.batchsize is not a known key; remove it or fix its spelling (writeback takes: applyDelay, batchSize, combineWrites, immutableCache, instanceID, leaseLifetime, leaseWait, maxDeadLetters, maxRetries, nearCache, ownerLease, partitions, pinnedMemoryLimit, pollInterval, retryBackoff, sessionCompaction, sessionTimeout, workers)\n",
+			wantStderr: "writeback: testdata/typo.yaml:3: writeback.batchsize is not a known key; remove it or fix its spelling (writeback takes: applyCuts, applyDelay, batchSize, combineWrites, immutableCache, instanceID, leaseLifetime, leaseWait, maxDeadLetters, maxRetries, nearCache, ownerLease, partitions, pinnedMemoryLimit, pollInterval, retryBackoff, sessionCompaction, sessionTimeout, workers)\n",
 		},
 		{
 			name:       "missing file",

@@ -194,6 +194,7 @@ type Writeback struct {
 	PinnedMemoryLimit ByteSize `yaml:"pinnedMemoryLimit"` // above it, writes fall back to write-through
 	MaxDeadLetters    int      `yaml:"maxDeadLetters"`    // dead letters kept per partition; beyond it the oldest are dropped, counted; 0: no cap
 	CombineWrites     bool     `yaml:"combineWrites"`     // concurrent requests' buffered writes share Redis round trips
+	ApplyCuts         bool     `yaml:"applyCuts"`         // the appliers' batches move a floor per collection and partition instead of a record per document; off during a rolling upgrade from an earlier version
 	InstanceID        string   `yaml:"instanceID"`        // this sidecar's name; default hostname-pid-random
 	NearCache         string   `yaml:"nearCache"`         // on | off: the collections' near caches
 	ImmutableCache    ByteSize `yaml:"immutableCache"`    // budget of the immutable mappings' entries kept in process; 0: none
@@ -283,6 +284,7 @@ func Default() *Config {
 			PinnedMemoryLimit: 1 * GiB,
 			MaxDeadLetters:    1000,
 			CombineWrites:     true,
+			ApplyCuts:         true,
 			NearCache:         NearCacheOn,
 			ImmutableCache:    64 * MiB,
 		},

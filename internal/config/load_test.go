@@ -52,7 +52,7 @@ func TestLoadDefaults(t *testing.T) {
 				Partitions: 64, Workers: 4, BatchSize: 128,
 				LeaseLifetime: Duration{500 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute}, OwnerLease: Duration{3 * time.Second},
 				PollInterval: Duration{100 * time.Millisecond}, MaxRetries: 5,
-				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, ImmutableCache: 64 << 20,
+				RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 1 << 30, MaxDeadLetters: 1000, CombineWrites: true, ApplyCuts: true, NearCache: NearCacheOn, ImmutableCache: 64 << 20,
 				InstanceID: got.Writeback.InstanceID,
 			}, got.Writeback)
 			assert.Equal(t, ByteSize(1<<20), got.Limits.MaxBodyBytes)
@@ -95,7 +95,7 @@ func TestLoadFull(t *testing.T) {
 			Partitions: 128, Workers: 8, BatchSize: 256,
 			LeaseLifetime: Duration{250 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{10 * time.Second}, SessionCompaction: Duration{5 * time.Minute}, OwnerLease: Duration{5 * time.Second},
 			PollInterval: Duration{50 * time.Millisecond}, ApplyDelay: Duration{250 * time.Millisecond}, MaxRetries: 7, RetryBackoff: Duration{200 * time.Millisecond},
-			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "sidecar-a", ImmutableCache: 8 << 20,
+			PinnedMemoryLimit: 512 << 20, MaxDeadLetters: 1000, CombineWrites: true, ApplyCuts: true, NearCache: NearCacheOn, InstanceID: "sidecar-a", ImmutableCache: 8 << 20,
 		},
 		Limits: Limits{MaxBodyBytes: 64 << 10},
 		HTTP: HTTP{ReadHeaderTimeout: Duration{5 * time.Second}, ReadTimeout: Duration{30 * time.Second},
@@ -256,7 +256,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond}, ApplyDelay: Duration{2 * time.Second},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
-					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "i", ImmutableCache: 64 * MiB,
+					MaxDeadLetters: 1000, CombineWrites: true, ApplyCuts: true, NearCache: NearCacheOn, InstanceID: "i", ImmutableCache: 64 * MiB,
 				}, c.Writeback)
 				assert.Equal(t, Log{Level: "warn", Format: "json"}, c.Log)
 			},
@@ -286,7 +286,7 @@ func TestLoadPrecedence(t *testing.T) {
 					Partitions: 3, Workers: 5, BatchSize: 6, LeaseLifetime: Duration{7 * time.Millisecond}, LeaseWait: Duration{time.Second}, SessionTimeout: Duration{30 * time.Second}, SessionCompaction: Duration{2 * time.Minute},
 					OwnerLease: Duration{8 * time.Second}, PollInterval: Duration{100 * time.Millisecond},
 					MaxRetries: 5, RetryBackoff: Duration{100 * time.Millisecond}, PinnedMemoryLimit: 9 * MiB,
-					MaxDeadLetters: 1000, CombineWrites: true, NearCache: NearCacheOn, InstanceID: "i", ImmutableCache: 64 * MiB,
+					MaxDeadLetters: 1000, CombineWrites: true, ApplyCuts: true, NearCache: NearCacheOn, InstanceID: "i", ImmutableCache: 64 * MiB,
 				}, c.Writeback)
 				assert.Equal(t, Log{Level: "warn", Format: "json"}, c.Log)
 			},

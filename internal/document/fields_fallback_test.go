@@ -177,7 +177,7 @@ func TestFieldWritesUnderFallbackApplyPendingFirst(t *testing.T) {
 		t.Fatalf("%d changes pending after writing through; want 0", n)
 	}
 	for id, n := range map[string]string{"1": "7", "2": "8"} {
-		doc, _, err := w.st.Read(ctx, w.table, w.coll, id)
+		doc, _, err := w.st.Read(ctx, w.table, w.coll, id, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

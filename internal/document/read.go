@@ -112,7 +112,7 @@ func (s *Service) merge(ctx context.Context, c *Collection, id string, pending [
 	if i < 0 {
 		var applied int64
 		var err error
-		if row, applied, err = c.Store.Read(ctx, c.Table, c.Name, id); err != nil {
+		if row, applied, err = c.Store.Read(ctx, c.Table, c.Name, id, s.buf.Partition(c.Name, id)); err != nil {
 			return nil, &StoreError{Err: err, Read: true}
 		}
 		i = 0

@@ -267,8 +267,8 @@ func (w ioWriter) writeOne(ctx context.Context, req buffer.WriteRequest) (buffer
 	return w.buf.WriteCounted(ctx, req.Coll, req.ID, req.Change, req.Schema, req.Options)
 }
 
-func (ioWriter) readRow(ctx context.Context, c *Collection, id string) (change.Doc, int64, error) {
-	return c.Store.Read(ctx, c.Table, c.Name, id)
+func (w ioWriter) readRow(ctx context.Context, c *Collection, id string) (change.Doc, int64, error) {
+	return c.Store.Read(ctx, c.Table, c.Name, id, w.buf.Partition(c.Name, id))
 }
 
 // applyFirst is what every write to a write-back collection does first

@@ -142,6 +142,7 @@ func NewCore(ctx context.Context, cfg *config.Config, reg prometheus.Registerer,
 		ApplyDelay:   wb.ApplyDelay.Duration,
 		MaxRetries:   wb.MaxRetries,
 		RetryBackoff: wb.RetryBackoff.Duration,
+		RecordsOnly:  !wb.ApplyCuts,
 	}, s.buf, applied, s.m, log)
 	s.buf.Reseed = s.app.Prepare
 	// From here on every Redis server the sidecar connects to is checked

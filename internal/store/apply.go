@@ -27,6 +27,10 @@ type applyBatch struct {
 	// order, so two batches sharing documents queue up instead of
 	// deadlocking.
 	order []int
+	// cut says that the batch is a cut of each of its collections in each
+	// of its partitions (see PlanCut): it moves their floors instead of
+	// its documents' records.
+	cut bool
 }
 
 func newApplyBatch(writes []Write) (*applyBatch, error) {
@@ -86,6 +90,24 @@ func Plan(writes []Write) *Planned {
 	return &Planned{b: b, first: b.firstPlan()}
 }
 
+// PlanCut is Plan of a batch that is a cut: for each collection k and
+// partition p of its writes, the writes hold every change of k in p with a
+// seq at or below the highest of them that was buffered when the batch was
+// read and is not applied yet — all of them, or a replay of an applier that
+// died before it trimmed them. Applying it moves the floor of each (k, p)
+// to that highest seq and writes no applied record: a change of document d
+// of k in p is in the store iff its seq is at or below the higher of
+// (k, p)'s floor and d's record. Only an applier reading the pending index
+// as a cut may plan one (the rounds' batches, see bgt); every other apply
+// (a write-through, a split, a dead letter) keeps the records.
+func PlanCut(writes []Write) *Planned {
+	p := Plan(writes)
+	if p.b != nil {
+		p.b.cut = true
+	}
+	return p
+}
+
 // take returns an attempt's first plan: the one planned ahead the first
 // time, a new one for a rerun of the transaction (nil when it fails).
 func (p *Planned) take() *applyPlan {
@@ -130,6 +152,65 @@ func (b *applyBatch) firstPlan() *applyPlan {
 	return plan
 }
 
+// floor is what a batch holds of one collection in one partition: the
+// lowest first change and the highest last change of its writes there.
+type floor struct {
+	collection  string
+	part        int
+	first, last int64
+}
+
+// floors returns the batch's (collection, partition) pairs in lock order:
+// bytewise by collection, then by partition — the order of the floors
+// table's primary key, in which every transaction locks its floors.
+func (b *applyBatch) floors() []floor {
+	var out []floor
+	at := map[floorKey]int{}
+	for _, i := range b.order {
+		w := &b.writes[i]
+		first, last := w.Changes[0].Seq, w.Changes[len(w.Changes)-1].Seq
+		k := floorKey{w.Collection, w.Partition}
+		j, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, floor{collection: w.Collection, part: w.Partition, first: first, last: last})
+			continue
+		}
+		out[j].first, out[j].last = min(out[j].first, first), max(out[j].last, last)
+	}
+	slices.SortFunc(out, func(x, y floor) int {
+		return cmp.Or(strings.Compare(x.collection, y.collection), cmp.Compare(x.part, y.part))
+	})
+	return out
+}
+
+// floorKey names a floor.
+type floorKey struct {
+	collection string
+	part       int
+}
+
+// floorArrays returns the floors' columns as statement arguments.
+func floorArrays(fs []floor) (collections []string, parts, firsts, lasts []int64) {
+	for _, f := range fs {
+		collections = append(collections, f.collection)
+		parts, firsts, lasts = append(parts, int64(f.part)), append(firsts, f.first), append(lasts, f.last)
+	}
+	return collections, parts, firsts, lasts
+}
+
+// withFloors returns the applied seqs of the batch's documents raised to
+// their floors: what the store holds of each (see PlanCut).
+func (b *applyBatch) withFloors(records map[docKey]int64, floors map[floorKey]int64) map[docKey]int64 {
+	applied := make(map[docKey]int64, len(b.order))
+	for _, i := range b.order {
+		w := &b.writes[i]
+		k := docKey{w.Collection, w.ID}
+		applied[k] = max(records[k], floors[floorKey{w.Collection, w.Partition}])
+	}
+	return applied
+}
+
 // keys returns the records to lock, in lock order.
 func (b *applyBatch) keys() (collections, ids []string, parts []int64) {
 	for _, i := range b.order {
@@ -152,7 +233,7 @@ type applyPlan struct {
 	// patches are left to the driver too: neither database spells a
 	// set-based UPDATE like the other, nor tells the rows it matched alike.
 	patches []*patchGroup
-	records []AppliedRecord // the records to move forward, in lock order
+	records []AppliedRecord // the records to move forward, in lock order (none for a cut)
 }
 
 // delGroup is the rows that Delete effects remove from one table.
@@ -237,7 +318,9 @@ func (b *applyBatch) plan(applied map[docKey]int64, row func(t *Table, id string
 			}
 			patches.add(w.Table, cols, w.ID, i, vals)
 		}
-		p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
+		if !b.cut { // a cut moves floors instead
+			p.records = append(p.records, AppliedRecord{Collection: w.Collection, ID: w.ID, Partition: w.Partition, Seq: r.LastSeq})
+		}
 	}
 	p.patches = patches.ordered()
 	return p, nil

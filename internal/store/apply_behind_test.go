@@ -72,8 +72,15 @@ func TestApplyBehindInBatch(t *testing.T) {
 // and checks its error.
 func singleRoundTrip(t *testing.T, s Store, writes []Write, want error) {
 	t.Helper()
+	singleTrip(t, s, writes, false, want)
+}
+
+// singleTrip is singleRoundTrip of a batch planned as a cut or not.
+func singleTrip(t *testing.T, s Store, writes []Write, cut bool, want error) {
+	t.Helper()
 	b, err := newApplyBatch(writes)
 	require.NoError(t, err)
+	b.cut = cut
 	plan, err := b.plan(nil, nil)
 	require.NoError(t, err)
 	switch s := s.(type) {
@@ -81,7 +88,7 @@ func singleRoundTrip(t *testing.T, s Store, writes []Write, want error) {
 		conn, err := s.pool.Acquire(t.Context())
 		require.NoError(t, err)
 		defer conn.Release()
-		_, err = s.applyPlan(t.Context(), conn.Conn(), plan, b)
+		_, err = s.applyPlan(t.Context(), conn.Conn(), plan, b, true)
 		require.ErrorIs(t, err, want)
 		require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection is left outside a transaction")
 	case *myStore:

@@ -130,7 +130,7 @@ func TestApplyEffects(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				before, _, err := h.s.Read(t.Context(), tbl, coll, tc.id)
+				before, _, err := h.s.Read(t.Context(), tbl, coll, tc.id, 1)
 				require.NoError(t, err)
 				res := h.apply(t, Write{Collection: coll, Table: tbl, ID: tc.id, Partition: 1, Changes: tc.changes})
 				assert.Equal(t, tc.result, res[0])

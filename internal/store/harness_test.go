@@ -95,9 +95,15 @@ func (h *harness) apply(t *testing.T, writes ...Write) []Result {
 	return res
 }
 
+// read reads a document of partition 0 (readIn: of another one).
 func (h *harness) read(t *testing.T, tbl *Table, collection, id string) (map[string]string, int64) {
 	t.Helper()
-	doc, seq, err := h.s.Read(t.Context(), tbl, collection, id)
+	return h.readIn(t, tbl, collection, id, 0)
+}
+
+func (h *harness) readIn(t *testing.T, tbl *Table, collection, id string, part int) (map[string]string, int64) {
+	t.Helper()
+	doc, seq, err := h.s.Read(t.Context(), tbl, collection, id, part)
 	require.NoError(t, err)
 	return text(doc), seq
 }

@@ -101,7 +101,7 @@ func (s *mongoStore) Describe(ctx context.Context, table, key string) (*Table, e
 }
 
 // Read returns a document and its stamp, read in one operation.
-func (s *mongoStore) Read(ctx context.Context, t *Table, collection, id string) (change.Doc, int64, error) {
+func (s *mongoStore) Read(ctx context.Context, t *Table, collection, id string, _ int) (change.Doc, int64, error) {
 	raw, err := s.db.Collection(t.Name).FindOne(ctx, bson.D{{Key: mongoKey, Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, 0, nil

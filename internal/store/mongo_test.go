@@ -68,7 +68,7 @@ func TestMongoApplyReadAndStamps(t *testing.T) {
 		w("b", mput(t, tbl, "b", 3, `{"n":10}`)),
 	})
 	require.NoError(t, err)
-	doc, seq, err := s.Read(ctx, tbl, "docs", "a")
+	doc, seq, err := s.Read(ctx, tbl, "docs", "a", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), seq)
 	require.JSONEq(t, `{"_id":"a","n":3,"tags":["x","y"],"f":1.5,"o":{"b":1,"a":2}}`, docJSON(t, doc))
@@ -82,7 +82,7 @@ func TestMongoApplyReadAndStamps(t *testing.T) {
 			mpatch(t, tbl, 2, `{"$inc":{"n":2},"$push":{"tags":"y"}}`)),
 	})
 	require.NoError(t, err)
-	doc, seq, err = s.Read(ctx, tbl, "docs", "a")
+	doc, seq, err = s.Read(ctx, tbl, "docs", "a", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), seq)
 	require.JSONEq(t, `{"_id":"a","n":3,"tags":["x","y"],"f":1.5,"o":{"b":1,"a":2}}`, docJSON(t, doc))
@@ -96,7 +96,7 @@ func TestMongoApplyReadAndStamps(t *testing.T) {
 	res, err := s.Apply(ctx, []Write{w("b", change.Change{Seq: 4, Kind: change.Delete}, mpatch(t, tbl, 5, `{"$set":{"n":1}}`))})
 	require.NoError(t, err)
 	require.Equal(t, int64(5), res[0].LastSeq)
-	doc, _, err = s.Read(ctx, tbl, "docs", "b")
+	doc, _, err = s.Read(ctx, tbl, "docs", "b", 0)
 	require.NoError(t, err)
 	require.Nil(t, doc)
 
@@ -122,11 +122,11 @@ func TestMongoOldPutIsSkipped(t *testing.T) {
 		{Collection: "docs", Table: tbl, ID: "c", Changes: []change.Change{mput(t, tbl, "c", 8, `{"v":"c"}`)}},
 	})
 	require.NoError(t, err)
-	doc, seq, err := s.Read(ctx, tbl, "docs", "a")
+	doc, seq, err := s.Read(ctx, tbl, "docs", "a", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(7), seq)
 	require.JSONEq(t, `{"_id":"a","v":"new"}`, docJSON(t, doc))
-	doc, _, err = s.Read(ctx, tbl, "docs", "c")
+	doc, _, err = s.Read(ctx, tbl, "docs", "c", 0)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"_id":"c","v":"c"}`, docJSON(t, doc))
 }
@@ -151,7 +151,7 @@ func TestMongoOverlappingOperators(t *testing.T) {
 	require.Greater(t, len(change.Updates(merged[0].Ops)), 1, "the test needs a change that spans several update documents")
 	_, err = s.Apply(ctx, []Write{{Collection: "docs", Table: tbl, ID: "a", Changes: merged}})
 	require.NoError(t, err)
-	doc, seq, err := s.Read(ctx, tbl, "docs", "a")
+	doc, seq, err := s.Read(ctx, tbl, "docs", "a", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(5), seq)
 	require.JSONEq(t, `{"_id":"a","arr":[5]}`, docJSON(t, doc))
@@ -170,7 +170,7 @@ func TestMongoErrorsClassified(t *testing.T) {
 
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	_, _, err = s.Read(gone, tbl, "docs", "a")
+	_, _, err = s.Read(gone, tbl, "docs", "a", 0)
 	require.Error(t, err)
 	require.False(t, IsPermanent(err), "%v", err)
 }
@@ -184,7 +184,7 @@ func TestMongoForeignTypesRoundTrip(t *testing.T) {
 	when := bson.DateTime(1700000000000)
 	_, err := s.db.Collection("docs").InsertOne(ctx, bson.D{{Key: "_id", Value: "f"}, {Key: "ref", Value: oid}, {Key: "at", Value: when}, {Key: "n", Value: int64(5)}})
 	require.NoError(t, err)
-	doc, seq, err := s.Read(ctx, tbl, "docs", "f")
+	doc, seq, err := s.Read(ctx, tbl, "docs", "f", 0)
 	require.NoError(t, err)
 	require.Zero(t, seq)
 	require.JSONEq(t, `{"$oid":"`+oid.Hex()+`"}`, string(doc["ref"]))

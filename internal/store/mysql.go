@@ -68,6 +68,21 @@ const myAppliedDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedTable + ` (
 	PRIMARY KEY (collection, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 
+// myFloorsDDL creates the floors of the cuts (see pgFloorsDDL).
+const myFloorsDDL = `CREATE TABLE IF NOT EXISTS ` + FloorsTable + ` (
+	collection VARBINARY(128) NOT NULL,
+	part INT NOT NULL,
+	seq BIGINT NOT NULL,
+	recmax BIGINT NOT NULL,
+	PRIMARY KEY (collection, part)
+) ENGINE=InnoDB`
+
+// myRefreshFloorsSQL is pgRefreshFloorsSQL.
+const myRefreshFloorsSQL = `INSERT INTO ` + FloorsTable + ` (collection, part, seq, recmax)
+	SELECT collection, part, 0, MAX(seq) FROM ` + AppliedTable + ` GROUP BY collection, part
+	ORDER BY collection, part
+	ON DUPLICATE KEY UPDATE recmax = GREATEST(recmax, VALUES(recmax))`
+
 // mySessionInit runs on every new connection. READ COMMITTED spares Apply
 // the gap locks of REPEATABLE READ, which deadlock concurrent inserts of
 // new records; its locking reads see the latest committed seq either way.
@@ -136,9 +151,11 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	}
 	// CREATE TABLE IF NOT EXISTS is atomic under the server's metadata
 	// lock: of two concurrent creators one creates, the other gets a note.
-	if _, err := db.ExecContext(ctx, myAppliedDDL); err != nil {
-		s.Close()
-		return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
+	for _, q := range []string{myAppliedDDL, myFloorsDDL, myRefreshFloorsSQL} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			s.Close()
+			return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
+		}
 	}
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
@@ -408,10 +425,11 @@ func myScanRow(scan func(...any) error, t *Table, extra ...any) ([]textCell, err
 	return cells, nil
 }
 
-// Read returns the row of id and the applied seq of (collection, id) from
+// Read returns the row of id and what is applied of (collection, id) in
+// partition part (its record or its floor) from
 // one statement, hence one consistent read view.
-func (s *myStore) Read(ctx context.Context, t *Table, collection, id string) (change.Doc, int64, error) {
-	q := readQuery(myDialect{}, t, collection, id)
+func (s *myStore) Read(ctx context.Context, t *Table, collection, id string, part int) (change.Doc, int64, error) {
+	q := readQuery(myDialect{}, t, collection, id, part)
 	var seq sql.NullInt64
 	cells, err := myScanRow(s.db.QueryRowContext(ctx, q.String(), q.args...).Scan, t, &seq)
 	if err != nil {

@@ -90,7 +90,12 @@ func (s *myStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan
 	if err != nil {
 		return nil, wrapErr("apply", err, myPermanent)
 	}
-	if len(plan.records) > 0 {
+	switch {
+	case b.cut:
+		q := myFloorsQuery(b.floors(), floorLast, floorZero)
+		q.add(" ON DUPLICATE KEY UPDATE seq = GREATEST(seq, VALUES(seq))")
+		stmts = append(stmts, myStmt{q: q, rows: -1})
+	case len(plan.records) > 0:
 		q := myRecordsQuery(plan.records)
 		q.add(" ON DUPLICATE KEY UPDATE part = VALUES(part), seq = VALUES(seq)")
 		stmts = append(stmts, myStmt{q: q, rows: -1})
@@ -220,37 +225,74 @@ func myKeyArg(t *Table, id string) (any, error) {
 	return n, nil
 }
 
-// myLock runs Apply's first round trip: it begins the transaction, creates
-// the missing records of b and locks them all in (collection, id) order,
-// reads their seqs (with returning, from the insert itself), and locks the
-// rows of b's documents, returning which exist (by table name, then key).
+// myLock runs Apply's first round trip: it begins the transaction; a batch
+// writing records creates its missing records and locks them all in
+// (collection, id) order, reading their seqs (with returning, from the
+// insert itself), then creates and locks its floors likewise, raising
+// their recmax; a cut locks its floors and reads its records. Then it
+// locks the rows of b's documents, returning which exist (by table name,
+// then key). What is applied of each document is the higher of its
+// record and its floor.
 func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) (map[docKey]int64, map[string]map[string]bool, error) {
 	d := myDialect{}
 	cols, ids, parts := b.keys()
-	q := newQuery(d).grow(3*len(ids)).add("START TRANSACTION; INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
-	for i := range ids {
-		if i > 0 {
-			q.add(", ")
-		}
-		q.add("(", q.arg(cols[i]), ", ", q.arg(ids[i]), ", ", q.arg(parts[i]), ", 0)")
-	}
-	// Unlike INSERT IGNORE, which takes shared locks on the existing rows
-	// and would have two appliers deadlock upgrading them, the no-op
-	// update takes the exclusive lock at once.
-	q.add(" ON DUPLICATE KEY UPDATE seq = seq")
-	if returning {
-		// The rows as the no-op update left them: the latest seqs,
-		// which the lock protects.
-		q.add(" RETURNING collection, id, seq")
-	} else {
-		q.add("; SELECT collection, id, seq FROM ", AppliedTable, " WHERE ")
+	floors := b.floors()
+	// records adds the statement reading the records; lock, locking them.
+	records := func(q *query, lock bool) {
+		q.add("SELECT collection, id, seq FROM ", AppliedTable, " WHERE ")
 		for i := range ids {
 			if i > 0 {
 				q.add(" OR ")
 			}
 			q.add("(collection = ", q.arg(cols[i]), " AND id = ", q.arg(ids[i]), ")")
 		}
-		q.add(" ORDER BY collection, id FOR UPDATE")
+		if lock {
+			q.add(" ORDER BY collection, id FOR UPDATE")
+		}
+	}
+	q := newQuery(d).grow(3 * len(ids)).add("START TRANSACTION; ")
+	if !b.cut {
+		q.add("INSERT INTO ", AppliedTable, " (collection, id, part, seq) VALUES ")
+		for i := range ids {
+			if i > 0 {
+				q.add(", ")
+			}
+			q.add("(", q.arg(cols[i]), ", ", q.arg(ids[i]), ", ", q.arg(parts[i]), ", 0)")
+		}
+		// Unlike INSERT IGNORE, which takes shared locks on the existing rows
+		// and would have two appliers deadlock upgrading them, the no-op
+		// update takes the exclusive lock at once.
+		q.add(" ON DUPLICATE KEY UPDATE seq = seq")
+		if returning {
+			// The rows as the no-op update left them: the latest seqs,
+			// which the lock protects.
+			q.add(" RETURNING collection, id, seq; ")
+		} else {
+			q.add("; ")
+			records(q, true)
+			q.add("; ")
+		}
+	}
+	raise := floorLast
+	if b.cut {
+		raise = floorZero
+	}
+	myAddFloors(q, floors, floorZero, raise).add(" ON DUPLICATE KEY UPDATE recmax = GREATEST(recmax, VALUES(recmax))")
+	if returning {
+		q.add(" RETURNING collection, part, seq")
+	} else {
+		q.add("; SELECT collection, part, seq FROM ", FloorsTable, " WHERE ")
+		for i, f := range floors {
+			if i > 0 {
+				q.add(" OR ")
+			}
+			q.add("(collection = ", q.arg(f.collection), " AND part = ", q.arg(int64(f.part)), ")")
+		}
+		q.add(" ORDER BY collection, part FOR UPDATE")
+	}
+	if b.cut {
+		q.add("; ")
+		records(q, false)
 	}
 	// The rows, per table in order of appearance, in chunks.
 	var tables []*Table
@@ -285,14 +327,60 @@ func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) 
 		return nil, nil, err
 	}
 	defer rows.Close()
-	applied := make(map[docKey]int64, len(ids))
-	for rows.Next() {
-		var k docKey
-		var seq int64
-		if err := rows.Scan(&k.collection, &k.id, &seq); err != nil {
+	// next moves to the next result set but for the first one.
+	first := true
+	next := func() error {
+		if first {
+			first = false
+			return nil
+		}
+		if !rows.NextResultSet() {
+			return errors.Join(rows.Err(), errors.New("store: apply: fewer results than statements"))
+		}
+		return nil
+	}
+	recs := make(map[docKey]int64, len(ids))
+	readRecords := func() error {
+		if err := next(); err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k docKey
+			var seq int64
+			if err := rows.Scan(&k.collection, &k.id, &seq); err != nil {
+				return err
+			}
+			recs[k] = seq
+		}
+		return rows.Err()
+	}
+	if !b.cut {
+		if err := readRecords(); err != nil {
 			return nil, nil, err
 		}
-		applied[k] = seq
+		if len(recs) != len(ids) {
+			return nil, nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(recs), len(ids))
+		}
+	}
+	if err := next(); err != nil {
+		return nil, nil, err
+	}
+	locked := make(map[floorKey]int64, len(floors))
+	for rows.Next() {
+		var k floorKey
+		var seq int64
+		if err := rows.Scan(&k.collection, &k.part, &seq); err != nil {
+			return nil, nil, err
+		}
+		locked[k] = seq
+	}
+	if len(locked) != len(floors) {
+		return nil, nil, errors.Join(rows.Err(), fmt.Errorf("store: apply: locked %d floors, expected %d", len(locked), len(floors)))
+	}
+	if b.cut {
+		if err := readRecords(); err != nil {
+			return nil, nil, err
+		}
 	}
 	exists := make(map[string]map[string]bool, len(tables))
 	for _, t := range tables {
@@ -313,10 +401,7 @@ func myLock(ctx context.Context, conn *sql.Conn, b *applyBatch, returning bool) 
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	if len(applied) != len(ids) {
-		return nil, nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
-	}
-	return applied, exists, nil
+	return b.withFloors(recs, locked), exists, nil
 }
 
 // myExecCommit runs the statements and COMMIT in as few round trips as the

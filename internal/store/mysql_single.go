@@ -33,9 +33,13 @@ func (s *myStore) applySingle(ctx context.Context, conn *sql.Conn, plan *applyPl
 		}
 		return nil, wrapErr("apply", err, myPermanent)
 	}
-	begin := myStmt{q: newQuery(myDialect{}).add("START TRANSACTION"), rows: -1}
-	records := myStmt{q: myRecordsCheckQuery(plan.records, b), rows: -1}
-	stmts = append([]myStmt{begin, records}, stmts...)
+	checks := []myStmt{{q: newQuery(myDialect{}).add("START TRANSACTION"), rows: -1}}
+	if floors := b.floors(); b.cut {
+		checks = append(checks, myStmt{q: myCutFloorsQuery(floors), rows: -1})
+	} else {
+		checks = append(checks, myStmt{q: myRecordsCheckQuery(plan.records, b), rows: -1}, myStmt{q: myRecordFloorsQuery(floors), rows: -1})
+	}
+	stmts = append(checks, stmts...)
 	if err := myExecCommit(ctx, conn, stmts); err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == myOutOfRange {
@@ -90,6 +94,58 @@ func myRecordsCheckQuery(records []AppliedRecord, b *applyBatch) *query {
 		q.add(" ELSE VALUES(seq) END")
 	}
 	return q.add(", VALUES(seq), ", myFail("seq"), "), part = VALUES(part)")
+}
+
+// myFloorsQuery is the head of a statement writing floors: INSERT INTO
+// the floors table … VALUES, one row per floor with the seq and recmax
+// its functions give.
+func myFloorsQuery(fs []floor, seq, recmax func(floor) int64) *query {
+	return myAddFloors(newQuery(myDialect{}), fs, seq, recmax)
+}
+
+// myAddFloors adds myFloorsQuery's statement to q.
+func myAddFloors(q *query, fs []floor, seq, recmax func(floor) int64) *query {
+	q.add("INSERT INTO ", FloorsTable, " (collection, part, seq, recmax) VALUES ")
+	for i, f := range fs {
+		if i > 0 {
+			q.add(", ")
+		}
+		q.add("(", q.arg(f.collection), ", ", q.arg(int64(f.part)), ", ", q.arg(seq(f)), ", ", q.arg(recmax(f)), ")")
+	}
+	return q
+}
+
+// myFloorFirst adds the first change of the floor that an ON DUPLICATE
+// KEY UPDATE judges: a CASE naming each of fs.
+func myFloorFirst(q *query, fs []floor) *query {
+	q.add("CASE")
+	for _, f := range fs {
+		q.add(" WHEN collection = ", q.arg(f.collection), " AND part = ", q.arg(int64(f.part)), " THEN ", q.arg(f.first))
+	}
+	return q.add(" END")
+}
+
+// floorZero and floorLast are what myFloorsQuery writes.
+func floorZero(floor) int64   { return 0 }
+func floorLast(f floor) int64 { return f.last }
+
+// myCutFloorsQuery is a cut's statement in applySingle in place of the
+// records': it moves each floor to its pair's last change in the batch
+// and fails unless neither the floor nor a record of the pair (recmax)
+// reached the pair's first change (pgCutFloorsSQL).
+func myCutFloorsQuery(fs []floor) *query {
+	q := myFloorsQuery(fs, floorLast, floorZero)
+	q.add(" ON DUPLICATE KEY UPDATE seq = IF(GREATEST(seq, recmax) < ")
+	return myFloorFirst(q, fs).add(", VALUES(seq), ", myFail("seq"), ")")
+}
+
+// myRecordFloorsQuery follows the records' statement in applySingle: it
+// raises each pair's recmax to its last change in the batch and fails if
+// a cut's floor reached the pair's first change (pgRecordFloorsSQL).
+func myRecordFloorsQuery(fs []floor) *query {
+	q := myFloorsQuery(fs, floorZero, floorLast)
+	q.add(" ON DUPLICATE KEY UPDATE recmax = IF(seq < ")
+	return myFloorFirst(q, fs).add(", GREATEST(recmax, VALUES(recmax)), ", myFail("seq"), ")")
 }
 
 // myFoundCheck follows a patch statement of n rows in applySingle: it

@@ -113,7 +113,7 @@ func (h *harness) applyPerRow(t *testing.T, ref *Table, w twinWrite) (missing bo
 	case change.Patch:
 		if len(e.JSON) > 0 {
 			require.NoError(t, foldJSON(&e, &Write{Table: ref, ID: w.id}, func(t2 *Table, id string) (change.Doc, error) {
-				doc, _, err := h.s.Read(t.Context(), t2, "unused", id)
+				doc, _, err := h.s.Read(t.Context(), t2, "unused", id, 0)
 				return doc, err
 			}))
 		}

@@ -46,6 +46,26 @@ const pgAppliedDDL = `CREATE TABLE IF NOT EXISTS ` + AppliedTable + ` (
 	seq bigint NOT NULL,
 	PRIMARY KEY (collection, id))`
 
+// pgFloorsDDL creates the floors of the cuts (see PlanCut): per
+// collection and partition the highest seq a cut applied (seq) and the
+// highest seq any record of the pair may hold (recmax), which every apply
+// writing records raises.
+const pgFloorsDDL = `CREATE TABLE IF NOT EXISTS ` + FloorsTable + ` (
+	collection varchar(128) COLLATE "C" NOT NULL,
+	part int NOT NULL,
+	seq bigint NOT NULL,
+	recmax bigint NOT NULL,
+	PRIMARY KEY (collection, part))`
+
+// pgRefreshFloorsSQL raises each floor's recmax to its pair's highest
+// record, creating the floors of pairs that have records and none: at
+// every start, so that records written by a sidecar of an earlier version
+// (which knows no floors) are seen once every sidecar runs this one.
+const pgRefreshFloorsSQL = `INSERT INTO ` + FloorsTable + ` AS f (collection, part, seq, recmax)
+	SELECT collection, part, 0, MAX(seq) FROM ` + AppliedTable + ` GROUP BY collection, part
+	ORDER BY collection, part
+	ON CONFLICT (collection, part) DO UPDATE SET recmax = GREATEST(f.recmax, EXCLUDED.recmax)`
+
 // pgCreateLock is the advisory lock key serializing the creation of the
 // applied table: two concurrent CREATE TABLE IF NOT EXISTS of one name can
 // fail with a unique violation in pg_type.
@@ -88,22 +108,30 @@ func openPostgres(ctx context.Context, dsn string, o Options) (Store, error) {
 	return s, nil
 }
 
+// createApplied creates the applied records and the floors if they are
+// missing and refreshes the floors (pgRefreshFloorsSQL).
 func (s *pgStore) createApplied(ctx context.Context) error {
 	var exists bool
-	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", AppliedTable).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", AppliedTable, FloorsTable).Scan(&exists); err != nil {
 		return wrapErr("postgres: look for "+AppliedTable, err, pgPermanent)
 	}
-	if exists {
-		return nil
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgCreateLock)); err != nil {
+	if !exists {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgCreateLock)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, pgAppliedDDL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, pgFloorsDDL)
 			return err
+		})
+		if err != nil {
+			return wrapErr("postgres: create "+AppliedTable, err, pgPermanent)
 		}
-		_, err := tx.Exec(ctx, pgAppliedDDL)
-		return err
-	})
-	return wrapErr("postgres: create "+AppliedTable, err, pgPermanent)
+	}
+	_, err := s.pool.Exec(ctx, pgRefreshFloorsSQL)
+	return wrapErr("postgres: refresh "+FloorsTable, err, pgPermanent)
 }
 
 // pgDialect is PostgreSQL's SQL.
@@ -299,10 +327,11 @@ func pgScanRow(row pgx.Row, t *Table, extra ...any) ([]textCell, error) {
 	return cells, nil
 }
 
-// Read returns the row of id and the applied seq of (collection, id) from
+// Read returns the row of id and what is applied of (collection, id) in
+// partition part (its record or its floor) from
 // one statement, hence one snapshot.
-func (s *pgStore) Read(ctx context.Context, t *Table, collection, id string) (change.Doc, int64, error) {
-	q := readQuery(pgDialect{}, t, collection, id)
+func (s *pgStore) Read(ctx context.Context, t *Table, collection, id string, part int) (change.Doc, int64, error) {
+	q := readQuery(pgDialect{}, t, collection, id, part)
 	var seq pgtype.Int8
 	cells, err := pgScanRow(s.pool.QueryRow(ctx, q.String(), q.args...), t, &seq)
 	if err != nil {

@@ -36,6 +36,65 @@ FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS u(c, i, p, s)
 WHERE a.collection = u.c AND a.id = u.i`
 )
 
+// The floor statements take the batch's (collection, partition) pairs as
+// arrays in lock order (applyBatch.floors), and the single round trip's
+// their pairs' first changes as a JSON object {collection: {partition:
+// first seq}} (pgFloorFirsts), which the check looks up by key.
+const (
+	// pgCutFloorsSQL is a cut's single round trip's statement in place of
+	// the records': it moves each floor to the pair's last change in the
+	// batch, provided neither the floor nor a record of the pair
+	// (recmax) reached its first change — else it fails (division by
+	// zero), as pgWriteRecordsSQL does.
+	pgCutFloorsSQL = `INSERT INTO ` + FloorsTable + ` AS f (collection, part, seq, recmax)
+	SELECT u.c, u.p, u.l, 0 FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS u(c, p, l, n)
+	ORDER BY u.n
+	ON CONFLICT (collection, part) DO UPDATE SET
+		seq = CASE WHEN GREATEST(f.seq, f.recmax) < ($4::jsonb -> f.collection ->> f.part::text)::int8
+			THEN EXCLUDED.seq ELSE EXCLUDED.seq / 0 END`
+	// pgRecordFloorsSQL follows the records' statement of the single round
+	// trip of a batch that writes records: it raises each pair's recmax to
+	// the pair's last change in the batch, provided no cut's floor reached
+	// its first change — else it fails.
+	pgRecordFloorsSQL = `INSERT INTO ` + FloorsTable + ` AS f (collection, part, seq, recmax)
+	SELECT u.c, u.p, 0, u.l FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS u(c, p, l, n)
+	ORDER BY u.n
+	ON CONFLICT (collection, part) DO UPDATE SET
+		recmax = CASE WHEN f.seq < ($4::jsonb -> f.collection ->> f.part::text)::int8
+			THEN GREATEST(f.recmax, EXCLUDED.recmax) ELSE EXCLUDED.recmax / 0 END`
+	// pgLockFloorsSQL locks the floors in the two round trips' first one
+	// (creating the missing ones at 0), raising recmax to $3 (a batch
+	// writing records: its pairs' last changes; a cut: 0), and returns the
+	// floors.
+	pgLockFloorsSQL = `INSERT INTO ` + FloorsTable + ` AS f (collection, part, seq, recmax)
+	SELECT u.c, u.p, 0, u.r FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS u(c, p, r, n)
+	ORDER BY u.n
+	ON CONFLICT (collection, part) DO UPDATE SET recmax = GREATEST(f.recmax, EXCLUDED.recmax)
+	RETURNING f.collection, f.part, f.seq`
+	// pgReadRecordsSQL reads a cut's records, unlocked: the cut holds its
+	// floors, which every apply writing records locks before it commits.
+	pgReadRecordsSQL = `SELECT a.collection, a.id, a.seq FROM ` + AppliedTable + ` AS a
+JOIN unnest($1::text[], $2::text[]) AS u(c, i) ON a.collection = u.c AND a.id = u.i`
+	// pgMoveFloorsSQL moves a cut's floors in the two round trips' second.
+	pgMoveFloorsSQL = `UPDATE ` + FloorsTable + ` AS f SET seq = GREATEST(f.seq, u.l)
+FROM unnest($1::text[], $2::int8[], $3::int8[]) AS u(c, p, l)
+WHERE f.collection = u.c AND f.part = u.p`
+)
+
+// pgFloorFirsts is the floor checks' JSON argument: each pair's first
+// change.
+func pgFloorFirsts(fs []floor) (string, error) {
+	firsts := map[string]map[string]int64{}
+	for _, f := range fs {
+		if firsts[f.collection] == nil {
+			firsts[f.collection] = map[string]int64{}
+		}
+		firsts[f.collection][strconv.Itoa(f.part)] = f.first
+	}
+	b, err := json.Marshal(firsts)
+	return string(b), err
+}
+
 // Apply applies writes exactly once in one transaction, in one round trip
 // when it can and two when it must:
 //
@@ -156,13 +215,13 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan
 	}()
 
 	if first != nil {
-		res, err := s.applyPlan(ctx, conn.Conn(), first, b)
+		res, err := s.applyPlan(ctx, conn.Conn(), first, b, true)
 		if !errors.Is(err, errBehind) {
 			return res, err
 		}
 	}
 
-	applied, err := pgLockRecords(ctx, conn.Conn(), b)
+	applied, err := pgLock(ctx, conn.Conn(), b)
 	if err != nil {
 		return nil, wrapErr("apply: lock applied records", err, pgPermanent)
 	}
@@ -174,15 +233,17 @@ func (s *pgStore) applyOnce(ctx context.Context, b *applyBatch, first *applyPlan
 	if err != nil {
 		return nil, err
 	}
-	return s.applyPlan(ctx, conn.Conn(), plan, nil)
+	return s.applyPlan(ctx, conn.Conn(), plan, b, false)
 }
 
-// applyPlan sends the effect statements of plan, moves the records and
-// commits, in one round trip. With lock set, the batch begins with the
-// records' statement of the single round trip (pgWriteRecordsSQL), which
-// checks that the plan holds; if it does not, the transaction is rolled
-// back and errBehind returned.
-func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan, lock *applyBatch) ([]Result, error) {
+// applyPlan sends the effect statements of plan, moves the records (a
+// cut: the floors) and commits, in one round trip. With single set, the
+// batch begins with the single round trip's statements (BEGIN, then
+// pgWriteRecordsSQL and pgRecordFloorsSQL, or a cut's pgCutFloorsSQL),
+// which check that the plan holds; if it does not, the transaction is
+// rolled back and errBehind returned. Without it, the transaction is the
+// one pgLock began.
+func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan, b *applyBatch, single bool) ([]Result, error) {
 	casts := make([]map[string]string, len(plan.patches))
 	for i, g := range plan.patches {
 		var err error
@@ -196,19 +257,33 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 		cols, ids = append(cols, r.Collection), append(ids, r.ID)
 		parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
 	}
+	floors := b.floors()
+	fcols, fparts, _, flasts := floorArrays(floors)
 	batch := &pgx.Batch{}
-	if lock != nil {
-		// Every write applies whole (the plan assumed so): the records
-		// are the batch's documents in lock order.
-		firsts, err := pgFirsts(lock)
+	checks := 0 // the single round trip's statements after BEGIN
+	if single {
+		ffirsts, err := pgFloorFirsts(floors)
 		if err != nil {
 			return nil, fmt.Errorf("store: apply: %w", err)
 		}
-		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLockRecords
-		if firsts == nil {
-			batch.Queue(pgWriteOnesRecordsSQL, cols, ids, parts, seqs)
+		batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // see pgLock
+		if b.cut {
+			batch.Queue(pgCutFloorsSQL, fcols, fparts, flasts, ffirsts)
+			checks = 1
 		} else {
-			batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, string(firsts))
+			// Every write applies whole (the plan assumed so): the
+			// records are the batch's documents in lock order.
+			firsts, err := pgFirsts(b)
+			if err != nil {
+				return nil, fmt.Errorf("store: apply: %w", err)
+			}
+			if firsts == nil {
+				batch.Queue(pgWriteOnesRecordsSQL, cols, ids, parts, seqs)
+			} else {
+				batch.Queue(pgWriteRecordsSQL, cols, ids, parts, seqs, string(firsts))
+			}
+			batch.Queue(pgRecordFloorsSQL, fcols, fparts, flasts, ffirsts)
+			checks = 2
 		}
 	}
 	var deletes []*query
@@ -234,16 +309,25 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 	for _, q := range puts {
 		batch.Queue(q.String(), q.args...)
 	}
-	if lock == nil && len(plan.records) > 0 {
+	moves := 0 // the records' or floors' statement of the two round trips
+	switch {
+	case single:
+	case b.cut:
+		batch.Queue(pgMoveFloorsSQL, fcols, fparts, flasts)
+		moves = 1
+	case len(plan.records) > 0:
 		batch.Queue(pgUpdateRecordsSQL, cols, ids, parts, seqs)
+		moves = 1
 	}
 	batch.Queue("COMMIT")
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
-	if lock != nil {
+	if single {
 		if _, err := br.Exec(); err != nil { // BEGIN
 			return nil, wrapErr("apply: begin", err, pgPermanent)
 		}
+	}
+	for range checks {
 		if _, err := br.Exec(); err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero
@@ -278,7 +362,7 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 			return nil, wrapErr("apply", err, pgPermanent)
 		}
 	}
-	if lock == nil && len(plan.records) > 0 {
+	for range moves {
 		if _, err := br.Exec(); err != nil {
 			return nil, wrapErr("apply: update applied records", err, pgPermanent)
 		}
@@ -451,41 +535,83 @@ func (s *pgStore) casts(ctx context.Context, conn *pgx.Conn, t *Table) (map[stri
 	return types, nil
 }
 
-// pgLockRecords runs the first batch of Apply and returns the applied seq
-// of every document of b.
-func pgLockRecords(ctx context.Context, conn *pgx.Conn, b *applyBatch) (map[docKey]int64, error) {
+// pgLock runs the first batch of Apply's two round trips and returns
+// what is applied of every document of b: the higher of its record and its
+// floor. A batch writing records creates its missing records (seq 0),
+// locks them in (collection, id) order and then locks its floors; a cut
+// locks its floors only and reads its records.
+func pgLock(ctx context.Context, conn *pgx.Conn, b *applyBatch) (map[docKey]int64, error) {
 	cols, ids, parts := b.keys()
+	floors := b.floors()
+	fcols, fparts, _, raise := floorArrays(floors)
+	if b.cut {
+		raise = make([]int64, len(floors))
+	}
 	batch := &pgx.Batch{}
 	// READ COMMITTED whatever the server's default: under REPEATABLE READ
 	// the FOR UPDATE below would fail with a serialization error instead
 	// of reading the seq that the transaction it waited for committed.
 	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	batch.Queue(pgInsertRecordsSQL, cols, ids, parts)
-	batch.Queue(pgLockRecordsSQL, cols, ids)
+	if !b.cut {
+		batch.Queue(pgInsertRecordsSQL, cols, ids, parts)
+		batch.Queue(pgLockRecordsSQL, cols, ids)
+	}
+	batch.Queue(pgLockFloorsSQL, fcols, fparts, raise)
+	if b.cut {
+		batch.Queue(pgReadRecordsSQL, cols, ids)
+	}
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
-	for range 2 {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return nil, err
+	}
+	records := make(map[docKey]int64, len(ids))
+	readRecords := func() error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var k docKey
+		var seq int64
+		_, err = pgx.ForEachRow(rows, []any{&k.collection, &k.id, &seq}, func() error {
+			records[k] = seq
+			return nil
+		})
+		return err
+	}
+	if !b.cut {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
+		}
+		if err := readRecords(); err != nil {
+			return nil, err
+		}
+		if len(records) != len(ids) {
+			return nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(records), len(ids))
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	applied := make(map[docKey]int64, len(ids))
-	var k docKey
+	locked := make(map[floorKey]int64, len(floors))
+	var k floorKey
 	var seq int64
-	if _, err := pgx.ForEachRow(rows, []any{&k.collection, &k.id, &seq}, func() error {
-		applied[k] = seq
+	if _, err := pgx.ForEachRow(rows, []any{&k.collection, &k.part, &seq}, func() error {
+		locked[k] = seq
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	if len(applied) != len(ids) {
-		return nil, fmt.Errorf("store: apply: locked %d applied records, expected %d", len(applied), len(ids))
+	if len(locked) != len(floors) {
+		return nil, fmt.Errorf("store: apply: locked %d floors, expected %d", len(locked), len(floors))
 	}
-	return applied, br.Close()
+	if b.cut {
+		if err := readRecords(); err != nil {
+			return nil, err
+		}
+	}
+	return b.withFloors(records, locked), br.Close()
 }
 
 // pgRollback ends the transaction a failed Apply left open, if the

@@ -121,11 +121,12 @@ func lockedRow(t *Table, cells []textCell, err, noRows error, permanent func(err
 	return buildDoc(t, cells)
 }
 
-func readQuery(d dialect, t *Table, collection, id string) *query {
+func readQuery(d dialect, t *Table, collection, id string, part int) *query {
 	q := newQuery(d)
-	q.add("SELECT a.seq, ", selectList(d, t, "t"),
+	q.add("SELECT GREATEST(COALESCE(a.seq, 0), COALESCE(f.seq, 0)), ", selectList(d, t, "t"),
 		" FROM (SELECT 1 AS one) AS o",
 		" LEFT JOIN ", AppliedTable, " AS a ON a.collection = ", q.arg(collection), " AND a.id = ", q.arg(id),
+		" LEFT JOIN ", FloorsTable, " AS f ON f.collection = ", q.arg(collection), " AND f.part = ", q.arg(int64(part)),
 		" LEFT JOIN ", quoteTable(d, t.Name), " AS t ON t.", d.ident(t.Schema.Key), " = ", d.keyParam(q.arg(id), t.Schema.KeyType()))
 	return q
 }
@@ -237,14 +238,16 @@ func deleteQueries(d dialect, t *Table, ids []any) []*query {
 }
 
 // appliedMaxQuery returns, per partition, the highest seq recorded for
-// the given collections (at least one). Other collections' records are
+// the given collections (at least one), in their records and floors. Other collections' records are
 // another deployment's (another keyPrefix, another Redis) sharing the
 // database: their sequences say nothing of this deployment's Redis.
 func appliedMaxQuery(d dialect, collections []string) *query {
 	q := newQuery(d)
-	q.add("SELECT part, MAX(seq) FROM ", AppliedTable, " WHERE collection IN (")
+	q.add("SELECT part, MAX(seq) FROM (SELECT part, seq FROM ", AppliedTable, " WHERE collection IN (")
 	q.list(len(collections), func(i int) { q.add(q.arg(collections[i])) })
-	return q.add(") GROUP BY part")
+	q.add(") UNION ALL SELECT part, seq FROM ", FloorsTable, " WHERE collection IN (")
+	q.list(len(collections), func(i int) { q.add(q.arg(collections[i])) })
+	return q.add(")) AS x GROUP BY part")
 }
 
 // listAppliedQuery pages through the records after (collection, id).

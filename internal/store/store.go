@@ -57,15 +57,26 @@ const AnyPartition = -1
 // its Write; (4) commits. A replay of the same Writes after a crash therefore
 // applies nothing and reports them as Skipped.
 //
-// Read returns a row together with the seq of its applied record read in the
-// same snapshot (one statement), so that a reader can tell which buffered
-// changes the row already contains.
+// A batch planned as a cut (PlanCut) moves one floor per collection and
+// partition instead of its documents' records, under the same locks: the
+// floor rows, locked in (collection, partition) order before any row of
+// the batch; every other Apply locks its records and then the floors of
+// its collections and partitions, checks that no floor reached a change of
+// its batch and raises their recmax, the highest record seq of the pair,
+// which a cut checks. A change of document d is in the store iff its seq
+// is at or below the higher of d's record and its collection and
+// partition's floor.
+//
+// Read returns a row together with what is applied of it (the higher of
+// its record and its floor) read in the same snapshot (one statement), so
+// that a reader can tell which buffered changes the row already contains.
 type Store interface {
 	// Describe introspects table and checks that key is its primary key.
 	Describe(ctx context.Context, table, key string) (*Table, error)
 	// Read returns the document (nil when there is no row) and the applied
-	// seq of (collection, id) (0 when there is no record), in one snapshot.
-	Read(ctx context.Context, t *Table, collection, id string) (change.Doc, int64, error)
+	// seq of (collection, id) in partition part (0 when nothing is
+	// applied), in one snapshot.
+	Read(ctx context.Context, t *Table, collection, id string, part int) (change.Doc, int64, error)
 	// Scan returns up to limit rows with key >= from (all when from is ""),
 	// in key order (numeric for integer keys, bytewise for text keys).
 	Scan(ctx context.Context, t *Table, from string, limit int) ([]change.Doc, error)
@@ -126,6 +137,10 @@ type AppliedRecord struct {
 
 // AppliedTable is the table holding the applied records of Design 1.
 const AppliedTable = "writeback_applied_docs"
+
+// FloorsTable is the table holding the floors of Design 1's cuts, one row
+// per collection and partition (see PlanCut).
+const FloorsTable = "writeback_applied_floors"
 
 // Error wraps a database error with whether retrying can help.
 type Error struct {
