@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -99,6 +100,28 @@ type Cut struct {
 // of the next one — the only score read (Redis spells every score it
 // replies with in full, which costs more than the member).
 func (b *Buffer) PendingCuts(ctx context.Context, parts, limits []int) ([]Cut, error) {
+	if _, ok := b.rdb.(*redis.ClusterClient); !ok || len(parts) < 2 {
+		return b.pendingCuts(ctx, parts, limits)
+	}
+	// go-redis sends a Cluster's transactions one slot after another: one
+	// per partition, all at once.
+	cuts := make([]Cut, len(parts))
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Go(func() {
+			var c []Cut
+			if c, errs[i] = b.pendingCuts(ctx, parts[i:i+1], limits[i:i+1]); errs[i] == nil {
+				cuts[i] = c[0]
+			}
+		})
+	}
+	wg.Wait()
+	return cuts, errors.Join(errs...)
+}
+
+// pendingCuts is PendingCuts in one transaction.
+func (b *Buffer) pendingCuts(ctx context.Context, parts, limits []int) ([]Cut, error) {
 	pipe := b.rdb.TxPipeline()
 	seqs := make([]*redis.StringCmd, len(parts))
 	members := make([]*redis.StringSliceCmd, len(parts))

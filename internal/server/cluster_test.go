@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/writeback/writeback/internal/config"
+	"github.com/writeback/writeback/pkg/client"
 )
 
 // tlsCluster is a private Redis Cluster of three primaries that speaks
@@ -165,6 +166,12 @@ func TestRedisClusterTLSAndACL(t *testing.T) {
 		}
 		if holding < 2 {
 			t.Errorf("the sidecar's keys are on %d of 3 primaries; the cluster was not exercised", holding)
+		}
+		// A flush reads the partitions' batches (cuts: one transaction per
+		// partition, on its primary) and drains them.
+		res, err := client.New(r.url).Flush(context.Background(), 20*time.Second)
+		if err != nil || !res.Drained || r.status(t).Pending != 0 {
+			t.Fatalf("flush on the cluster: %+v, %v, %d pending; want drained", res, err, r.status(t).Pending)
 		}
 		if got := r.metric(t, "writeback_redis_eviction_unsafe"); got != 0 {
 			t.Fatalf("writeback_redis_eviction_unsafe = %v on noeviction primaries; want 0", got)
