@@ -151,10 +151,14 @@ func openMySQL(ctx context.Context, dsn string, o Options) (Store, error) {
 	}
 	// CREATE TABLE IF NOT EXISTS is atomic under the server's metadata
 	// lock: of two concurrent creators one creates, the other gets a note.
-	for _, q := range []string{myAppliedDDL, myFloorsDDL, myRefreshFloorsSQL} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
+	for _, st := range []struct{ op, q string }{
+		{"create " + AppliedTable, myAppliedDDL},
+		{"create " + FloorsTable, myFloorsDDL},
+		{"refresh " + FloorsTable, myRefreshFloorsSQL},
+	} {
+		if _, err := db.ExecContext(ctx, st.q); err != nil {
 			s.Close()
-			return nil, wrapErr("mysql: create "+AppliedTable, err, myPermanent)
+			return nil, wrapErr("mysql: "+st.op, err, myPermanent)
 		}
 	}
 	var version string

@@ -127,7 +127,7 @@ func (s *pgStore) createApplied(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return wrapErr("postgres: create "+AppliedTable, err, pgPermanent)
+			return wrapErr("postgres: create "+AppliedTable+" and "+FloorsTable, err, pgPermanent)
 		}
 	}
 	_, err := s.pool.Exec(ctx, pgRefreshFloorsSQL)
