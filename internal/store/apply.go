@@ -190,13 +190,14 @@ type floorKey struct {
 	part       int
 }
 
-// floorArrays returns the floors' columns as statement arguments.
-func floorArrays(fs []floor) (collections []string, parts, firsts, lasts []int64) {
+// floorArrays returns the floors' keys and last changes as statement
+// arguments (the first changes go as JSON: pgFloorFirsts).
+func floorArrays(fs []floor) (collections []string, parts, lasts []int64) {
 	for _, f := range fs {
 		collections = append(collections, f.collection)
-		parts, firsts, lasts = append(parts, int64(f.part)), append(firsts, f.first), append(lasts, f.last)
+		parts, lasts = append(parts, int64(f.part)), append(lasts, f.last)
 	}
-	return collections, parts, firsts, lasts
+	return collections, parts, lasts
 }
 
 // withFloors returns the applied seqs of the batch's documents raised to

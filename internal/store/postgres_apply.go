@@ -258,7 +258,7 @@ func (s *pgStore) applyPlan(ctx context.Context, conn *pgx.Conn, plan *applyPlan
 		parts, seqs = append(parts, int64(r.Partition)), append(seqs, r.Seq)
 	}
 	floors := b.floors()
-	fcols, fparts, _, flasts := floorArrays(floors)
+	fcols, fparts, flasts := floorArrays(floors)
 	batch := &pgx.Batch{}
 	checks := 0 // the single round trip's statements after BEGIN
 	if single {
@@ -543,7 +543,7 @@ func (s *pgStore) casts(ctx context.Context, conn *pgx.Conn, t *Table) (map[stri
 func pgLock(ctx context.Context, conn *pgx.Conn, b *applyBatch) (map[docKey]int64, error) {
 	cols, ids, parts := b.keys()
 	floors := b.floors()
-	fcols, fparts, _, raise := floorArrays(floors)
+	fcols, fparts, raise := floorArrays(floors)
 	if b.cut {
 		raise = make([]int64, len(floors))
 	}
