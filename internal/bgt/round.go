@@ -212,9 +212,10 @@ type batch struct {
 // this batch holds the changes above its bounds.
 //
 // With cuts (not Config.RecordsOnly), the batch is a cut of each partition
-// (buffer.Cut): every buffered change of the partition up to its bound,
-// which Pick and perDoc may lower, and stores that plan ahead apply it as
-// one (store.PlanCut), moving one floor per collection and partition
+// (buffer.Cut): its oldest documents, its share of size (not Pick's), and
+// every buffered change of the partition up to a bound, which the first
+// document left out and perDoc may lower; stores that plan ahead apply it
+// as one (store.PlanCut), moving one floor per collection and partition
 // instead of a record per document. Not with an age (ApplyDelay): a cut
 // would leave out the changes younger than the age of the documents it
 // takes, which the delay is there to gather into one row write; nor after
