@@ -28,9 +28,36 @@ var nearWorld struct {
 	scs map[time.Duration]*sidecar.Sidecar // by lease
 }
 
-// nearSetup starts the near-cache sidecar, once per process, and reads
-// every document through it twice: the first read fills Redis if needed,
-// the second takes the lease that the measured reads are served under.
+// startNear starts a write-back sidecar with the Redis-protocol front door
+// and the near cache (leases of lease) over the PostgreSQL of dsn, and
+// reads every document through it twice: the first read fills Redis if
+// needed, the second takes the lease that the measured reads are served
+// under. The caller closes it.
+func startNear(ctx context.Context, dsn, prefix string, lease time.Duration) (*sidecar.Sidecar, error) {
+	sc, err := sidecar.Start(ctx, sidecar.Options{
+		Policy: "write-back", Driver: ycsb.Postgres, DSN: dsn, RedisAddr: redisAddr,
+		Collection: spec.Table, Key: ycsb.KeyColumn, PrefixBase: prefix, ListenResp: "127.0.0.1:0",
+		Configure: func(c *config.Config) {
+			c.Writeback.NearCache = config.NearCacheOn
+			coll := c.Collections[spec.Table]
+			coll.NearCache.LeaseTTL = config.Duration{Duration: lease}
+			c.Collections[spec.Table] = coll
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for range 2 {
+		if err := warmFrontDoor(ctx, sc); err != nil {
+			sc.Close()
+			return nil, err
+		}
+	}
+	return sc, nil
+}
+
+// nearSetup starts the near-cache sidecar over the benchmarks' PostgreSQL
+// with leases of lease (startNear), once per process.
 func nearSetup(b *testing.B, lease time.Duration) *sidecar.Sidecar {
 	b.Helper()
 	respSetup(b)
@@ -39,34 +66,13 @@ func nearSetup(b *testing.B, lease time.Duration) *sidecar.Sidecar {
 	if sc := nearWorld.scs[lease]; sc != nil {
 		return sc
 	}
-	sc, err := func() (*sidecar.Sidecar, error) {
-		ctx := context.Background()
-		sc, err := sidecar.Start(ctx, sidecar.Options{
-			Policy: "write-back", Driver: ycsb.Postgres, DSN: pgDSN, RedisAddr: redisAddr,
-			Collection: spec.Table, Key: ycsb.KeyColumn, PrefixBase: "bench-near", ListenResp: "127.0.0.1:0",
-			Configure: func(c *config.Config) {
-				c.Writeback.NearCache = config.NearCacheOn
-				coll := c.Collections[spec.Table]
-				coll.NearCache.LeaseTTL = config.Duration{Duration: lease}
-				c.Collections[spec.Table] = coll
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		world.mu.Lock()
-		world.sidecars["near-"+lease.String()] = sc // closed by TestMain
-		world.mu.Unlock()
-		for range 2 {
-			if err := warmFrontDoor(ctx, sc); err != nil {
-				return nil, err
-			}
-		}
-		return sc, nil
-	}()
+	sc, err := startNear(context.Background(), pgDSN, "bench-near", lease)
 	if err != nil {
 		b.Fatal(err)
 	}
+	world.mu.Lock()
+	world.sidecars["near-"+lease.String()] = sc // closed by TestMain
+	world.mu.Unlock()
 	if nearWorld.scs == nil {
 		nearWorld.scs = map[time.Duration]*sidecar.Sidecar{}
 	}
@@ -169,7 +175,7 @@ func nearSideBySide(b *testing.B, one bool) {
 					b.Fatal(err)
 				}
 			}
-			round[v.name] = measure(b, v, window)
+			round[v.name] = measure(b, v, window, 0)
 			runs[v.name] = append(runs[v.name], round[v.name])
 		}
 		for _, n := range []string{"near", "near-2s", "resp"} {

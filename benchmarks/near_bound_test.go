@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +57,7 @@ func BenchmarkNearHitBound(b *testing.B) {
 			return nil
 		}
 	}
-	sqlcs := pgClients(b, db)
+	sqlcs := pgClients(b, db, 0)
 	pg := respVariant{"postgres", func(ctx context.Context, r *rand.Rand, n int) error {
 		c := <-sqlcs
 		defer func() { sqlcs <- c }()
@@ -66,7 +65,7 @@ func BenchmarkNearHitBound(b *testing.B) {
 		return err
 	}, true}
 	vs := []respVariant{pg, {"map", hgetall(mapc), true}, {"near", hgetall(nearc), true}}
-	boundRounds(b, vs, near, "near/map", "map/postgres", "near/postgres")
+	boundRounds(b, vs, near, 0, "near/map", "map/postgres", "near/postgres")
 }
 
 // boundSetup returns what a bound benchmark compares: the loaded
@@ -85,9 +84,10 @@ func boundSetup(b *testing.B, buffer bool) (*ycsb.DB, *sidecar.Sidecar, *mapServ
 }
 
 // pgClients returns a pool of YCSB database clients, one per goroutine of
-// measure, as YCSB has one per thread; closed when b ends.
-func pgClients(b *testing.B, db *ycsb.DB) chan ycsb.Client {
-	sqlcs := make(chan ycsb.Client, parallelism*runtime.GOMAXPROCS(0))
+// measure with threads (0: the default), as YCSB has one per thread;
+// closed when b ends.
+func pgClients(b *testing.B, db *ycsb.DB, threads int) chan ycsb.Client {
+	sqlcs := make(chan ycsb.Client, clients(threads))
 	for range cap(sqlcs) {
 		c, err := db.NewClient(context.Background(), spec)
 		if err != nil {
@@ -100,12 +100,13 @@ func pgClients(b *testing.B, db *ycsb.DB) chan ycsb.Client {
 }
 
 // boundRounds measures the variants side by side, in rounds of one window
-// each, the front door near warmed before its window (the other windows
-// outlast its lease), and reports the medians of the throughputs and of
-// the per-round ratios named "x/y" (variant x over variant y), and logs
-// each variant's median CPU time per operation by process (bench.TakeCPU:
-// this process holds the clients, the bare servers and the front door).
-func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, ratioNames ...string) {
+// each with threads clients (0: the default), the front door near warmed
+// before its window (the other windows outlast its lease), and reports
+// the medians of the throughputs and of the per-round ratios named "x/y"
+// (variant x over variant y), and logs each variant's median CPU time per
+// operation by process (bench.TakeCPU: this process holds the clients, the
+// bare servers and the front door).
+func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, threads int, ratioNames ...string) {
 	const rounds, window = 5, time.Second
 	ctx := context.Background()
 	runs, ratios := map[string][]float64{}, map[string][]float64{}
@@ -120,7 +121,7 @@ func boundRounds(b *testing.B, vs []respVariant, near *sidecar.Sidecar, ratioNam
 				}
 			}
 			cpu0, start := bench.TakeCPU(), time.Now()
-			round[v.name] = measure(b, v, window)
+			round[v.name] = measure(b, v, window, threads)
 			ops := round[v.name] * time.Since(start).Seconds()
 			if cpu[v.name] == nil {
 				cpu[v.name] = map[string][]float64{}

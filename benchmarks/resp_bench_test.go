@@ -105,6 +105,15 @@ func respClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4 * parallelism * runtime.GOMAXPROCS(0), ReadTimeout: 30 * time.Second})
 }
 
+// clients is how many goroutines measure runs with threads: threads, or
+// parallelism × GOMAXPROCS for 0.
+func clients(threads int) int {
+	if threads > 0 {
+		return threads
+	}
+	return parallelism * runtime.GOMAXPROCS(0)
+}
+
 // respVariant is one of the ways to issue an operation: issue runs n
 // operations on random records (pipelined where the variant can).
 type respVariant struct {
@@ -274,7 +283,7 @@ func BenchmarkRESPSideBySide(b *testing.B) {
 	for range rounds {
 		round := map[string]float64{}
 		for _, v := range reads {
-			round[v.name] = measure(b, v, window)
+			round[v.name] = measure(b, v, window, 0)
 			runs["read-"+v.name] = append(runs["read-"+v.name], round[v.name])
 		}
 		ratios["read-resp/http"] = append(ratios["read-resp/http"], round["resp"]/round["http"])
@@ -283,7 +292,7 @@ func BenchmarkRESPSideBySide(b *testing.B) {
 	for range rounds {
 		round := map[string]float64{}
 		for _, v := range writes {
-			round[v.name] = measure(b, v, window)
+			round[v.name] = measure(b, v, window, 0)
 			runs["hset-"+v.name] = append(runs["hset-"+v.name], round[v.name])
 		}
 		ratios["hset-resp/redis"] = append(ratios["hset-resp/redis"], round["resp"]/round["redis"])
@@ -306,15 +315,15 @@ func BenchmarkRESPSideBySide(b *testing.B) {
 	b.Logf("ratios per round: %v", ratios)
 }
 
-// measure runs v from parallelism × GOMAXPROCS goroutines for d and
-// returns its throughput in operations per second.
-func measure(b *testing.B, v respVariant, d time.Duration) float64 {
+// measure runs v from threads goroutines (0: parallelism × GOMAXPROCS)
+// for d and returns its throughput in operations per second.
+func measure(b *testing.B, v respVariant, d time.Duration, threads int) float64 {
 	ctx := context.Background()
 	var ops atomic.Int64
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
 	start := time.Now()
-	for range parallelism * runtime.GOMAXPROCS(0) {
+	for range clients(threads) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

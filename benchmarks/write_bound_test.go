@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/writeback/writeback/benchmarks/bench"
+	"github.com/writeback/writeback/benchmarks/sidecar"
 	"github.com/writeback/writeback/benchmarks/ycsb"
 )
 
@@ -43,6 +45,68 @@ import (
 // per operation by process. b.N is ignored.
 func BenchmarkWriteBound(b *testing.B) {
 	db, near, srv := boundSetup(b, true)
+	writeBound(b, db, near, srv, pgDSN, 0)
+}
+
+// remoteLatency and remoteThreads are issue 18's remote deployment: the
+// store 1 ms away each way, 16 client threads.
+const (
+	remoteLatency = time.Millisecond
+	remoteThreads = 16
+)
+
+// BenchmarkWriteBoundRemote is BenchmarkWriteBound with PostgreSQL behind
+// an in-process latency proxy adding remoteLatency each way (toxiproxy, as
+// ycsb --store-latency) and remoteThreads clients, Redis local: the bounds
+// of issue 18's "A ≥ 5× the database alone with the database 1 ms away".
+// Every variant's database traffic goes through the proxy — the clients'
+// of postgres, the appliers' of applied and scripted, the front door's
+// (its misses and its appliers) — and the proxy runs in this process, as
+// in ycsb. b.N is ignored.
+func BenchmarkWriteBoundRemote(b *testing.B) {
+	setup(b)
+	respSetup(b)
+	ctx := context.Background()
+	addr, err := bench.StoreAddr(ycsb.Postgres, pgDSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxy, err := bench.StartLatencyProxy(addr, remoteLatency)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer proxy.Close()
+	dsn, err := bench.WithStoreAddr(ycsb.Postgres, pgDSN, proxy.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := ycsb.Open(ctx, ycsb.Postgres, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	near, err := startNear(ctx, dsn, "bench-near-remote", 2*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := near.Close(); err != nil {
+			b.Errorf("stopping the remote front door: %v", err)
+		}
+	}()
+	srv, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":", true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.close()
+	writeBound(b, db, near, srv, dsn, remoteThreads)
+}
+
+// writeBound measures BenchmarkWriteBound's variants against db, the
+// front door near and the bare server srv, the bounds' appliers writing
+// to the PostgreSQL of dsn, with threads clients per variant (0: the
+// package's parallelism).
+func writeBound(b *testing.B, db *ycsb.DB, near *sidecar.Sidecar, srv *mapServer, dsn string, threads int) {
 	ctx := context.Background()
 	applier := func(lists string, script bool) *mapServer {
 		s, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":", true)
@@ -54,7 +118,7 @@ func BenchmarkWriteBound(b *testing.B) {
 		if script {
 			pending = respWorld.prefix + ":" + lists + "pending"
 		}
-		if s.apply, err = startBoundApplier(ctx, respWorld.raw, respWorld.prefix+":"+lists, pending); err != nil {
+		if s.apply, err = startBoundApplier(ctx, respWorld.raw, dsn, respWorld.prefix+":"+lists, pending); err != nil {
 			s.close()
 			b.Fatal(err)
 		}
@@ -88,7 +152,7 @@ func BenchmarkWriteBound(b *testing.B) {
 			return c.HSet(ctx, k, ycsb.FieldName(r.IntN(spec.Fields)), ycsb.RandomValue(r, spec.FieldSize)).Err()
 		}
 	}
-	sqlcs := pgClients(b, db)
+	sqlcs := pgClients(b, db, threads)
 	pg := respVariant{"postgres", func(ctx context.Context, r *rand.Rand, n int) error {
 		c := <-sqlcs
 		defer func() { sqlcs <- c }()
@@ -101,7 +165,7 @@ func BenchmarkWriteBound(b *testing.B) {
 	vs := []respVariant{pg, {"bound", fifty(boundc, ""), true}, {"applied", fifty(appliedc, ""), true},
 		{"scripted", fifty(scriptedc, ""), true}, {"near", fifty(nearc, spec.Table+"/"), true}}
 
-	boundRounds(b, vs, near, "bound/postgres", "applied/postgres", "scripted/postgres", "near/scripted", "near/postgres")
+	boundRounds(b, vs, near, threads, "bound/postgres", "applied/postgres", "scripted/postgres", "near/scripted", "near/postgres")
 	for _, s := range []*mapServer{applied, scripted} {
 		batches, rows, writes, err := s.apply.stats()
 		if err != nil {
@@ -161,8 +225,8 @@ type boundRow struct {
 // at A's rates, more than our appliers usually find in one poll.
 const boundEvery = 20 * time.Millisecond
 
-func startBoundApplier(ctx context.Context, rdb *redis.Client, lists, pending string) (*boundApplier, error) {
-	conn, err := pgx.Connect(ctx, pgDSN)
+func startBoundApplier(ctx context.Context, rdb *redis.Client, dsn, lists, pending string) (*boundApplier, error) {
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}

@@ -300,6 +300,10 @@ func (s *Sidecar) unlinkMatching(ctx context.Context, pattern string) (int64, er
 	return n, flush()
 }
 
+// Redis is the sidecar's own connection to its Redis, for the benchmarks'
+// reads of Redis's statistics.
+func (s *Sidecar) Redis() *redis.Client { return s.rdb }
+
 // Close stops the sidecar and deletes its keys.
 func (s *Sidecar) Close() error {
 	err := s.Stop()

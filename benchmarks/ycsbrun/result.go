@@ -67,6 +67,15 @@ type Run struct {
 	ApplierBatches    uint64         `json:"applier_batches"`
 	ApplierBatchDocs  float64        `json:"applier_docs_per_batch"`
 	ApplierBatchMeanS float64        `json:"applier_batch_mean_s"`
+	// Redis per buffered write over the measured window (issue 18's "Redis
+	// time per buffered write"): the changes the sidecar buffered, the
+	// time Redis spent in script calls per change (INFO commandstats: wall
+	// time inside Redis, the scripts' own commands included; every
+	// script's — writes, the appliers' trims, lease renewals) and Redis's
+	// CPU time per change (the whole process, its system calls included).
+	BufferedChanges    float64 `json:"buffered_changes,omitempty"`
+	RedisScriptUsPerWr float64 `json:"redis_script_us_per_buffered_write,omitempty"`
+	RedisCPUUsPerWr    float64 `json:"redis_cpu_us_per_buffered_write,omitempty"`
 	// CPUPerOp is the processor time per operation of the measured window,
 	// in µs, by process (bench.CPU's names: "self" is this process — the
 	// clients, and the sidecar and its appliers, which run in it); on two

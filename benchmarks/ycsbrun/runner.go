@@ -378,6 +378,9 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 	var near0, nearMiss0, near1, nearMiss1 float64
 	var batches0, batches1 uint64
 	var docs0, docs1, secs0, secs1 float64
+	var buffered0, buffered1 float64
+	var scripts0, scripts1 time.Duration
+	var scriptsErr error
 	metric := func(name string) float64 { v, _, _ := sc.Metric(name); return v }
 	if sc != nil {
 		applied0 = metric("writeback_applied_changes_total")
@@ -394,12 +397,19 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 			near0, nearMiss0 = metric("writeback_nearcache_hits_total"), metric("writeback_nearcache_misses_total")
 			docs0, batches0, _ = sc.Metric("writeback_apply_batch_size")
 			secs0 = metric("writeback_apply_duration_seconds")
+			buffered0 = metric("writeback_buffered_changes_total")
+			scripts0, scriptsErr = bench.ScriptTime(ctx, sc.Redis())
 		}
 		wl.OnMeasureEnd = func() {
 			hits1, misses1 = metric("writeback_cache_hits_total"), metric("writeback_cache_misses_total")
 			near1, nearMiss1 = metric("writeback_nearcache_hits_total"), metric("writeback_nearcache_misses_total")
 			docs1, batches1, _ = sc.Metric("writeback_apply_batch_size")
 			secs1 = metric("writeback_apply_duration_seconds")
+			buffered1 = metric("writeback_buffered_changes_total")
+			var err error
+			if scripts1, err = bench.ScriptTime(ctx, sc.Redis()); scriptsErr == nil {
+				scriptsErr = err
+			}
 		}
 		sampler.Start()
 	}
@@ -470,6 +480,14 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 	}
 	r.fill(res)
 	r.setCPU(cpu)
+	if r.BufferedChanges = buffered1 - buffered0; r.BufferedChanges > 0 {
+		if scriptsErr == nil {
+			r.RedisScriptUsPerWr = float64((scripts1 - scripts0).Microseconds()) / r.BufferedChanges
+		} else {
+			e.logf("[%s] reading Redis's commandstats: %v", tag, scriptsErr)
+		}
+		r.RedisCPUUsPerWr = float64(cpu["redis-server"].Microseconds()) / r.BufferedChanges
+	}
 
 	if sc != nil {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -501,6 +519,9 @@ func (s *setup) run(ctx context.Context, w workload, v Variant, duration time.Du
 	line := fmt.Sprintf("[%s] %.0f ops/s; verify: %d updated fields match the database, %d reads of own records fresh", tag, r.Throughput, r.Verified-r.Mismatched, r.ReadChecks-r.StaleReads)
 	if r.Sidecar {
 		line += fmt.Sprintf("; at the end %d pending, %s pinned, %.1f%% applied; flush %.2fs", r.PendingChanges, kib(float64(r.PinnedBytes)), r.AppliedPercent, r.FlushS)
+		if r.BufferedChanges > 0 {
+			line += fmt.Sprintf("; Redis per buffered write %.1f µs in scripts, %.1f µs of CPU", r.RedisScriptUsPerWr, r.RedisCPUUsPerWr)
+		}
 	}
 	if !r.ok() {
 		line += "; FAILED: " + r.problem()

@@ -108,6 +108,12 @@ func TestSmoke(t *testing.T) {
 		if r.Sidecar != (r.Policy != bench.Database) {
 			t.Errorf("%s: sidecar %v", name, r.Sidecar)
 		}
+		// Redis per buffered write (issue 18's measure): every sidecar run
+		// of A buffers writes, each of which runs the write script.
+		if r.Sidecar && r.Workload == "A" && (r.BufferedChanges <= 0 || r.RedisScriptUsPerWr <= 0 || r.RedisCPUUsPerWr <= 0) {
+			t.Errorf("%s: %.0f buffered changes, %.1f µs in scripts and %.1f µs of Redis CPU per change; want all above 0", name,
+				r.BufferedChanges, r.RedisScriptUsPerWr, r.RedisCPUUsPerWr)
+		}
 		// Idle appliers poll up to 800 ms apart: a short run may end before
 		// they apply anything, but its changes are applied or pending.
 		if r.Sidecar && (r.AppliedPercent < 0 || r.AppliedPercent > 100 || r.AppliedChanges+float64(r.PendingChanges) == 0 ||
