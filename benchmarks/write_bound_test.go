@@ -71,11 +71,13 @@ func BenchmarkWriteBoundRemote(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Closed after everything writeBound starts (b.Cleanup runs last in,
+	// first out), whose database connections go through the proxy.
 	proxy, err := bench.StartLatencyProxy(addr, remoteLatency)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer proxy.Close()
+	b.Cleanup(proxy.Close)
 	dsn, err := bench.WithStoreAddr(ycsb.Postgres, pgDSN, proxy.Addr)
 	if err != nil {
 		b.Fatal(err)
@@ -84,21 +86,21 @@ func BenchmarkWriteBoundRemote(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	b.Cleanup(func() { db.Close() })
 	near, err := startNear(ctx, dsn, "bench-near-remote", 2*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	b.Cleanup(func() {
 		if err := near.Close(); err != nil {
 			b.Errorf("stopping the remote front door: %v", err)
 		}
-	}()
+	})
 	srv, err := startMapServer(ctx, respWorld.raw, respWorld.prefix+":", true)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.close()
+	b.Cleanup(srv.close)
 	writeBound(b, db, near, srv, dsn, remoteThreads)
 }
 
