@@ -202,7 +202,15 @@ func (p *pool) get(ctx context.Context) (pc *pconn, reused bool, err error) {
 		pc.nc.Close()
 		p.stale.Add(1)
 	}
-	nc, err := p.dial(ctx, "tcp", p.addr)
+	// The dial ends through ctx, as do's reads and writes: a dial under
+	// ctx's deadline gets a socket deadline at the same instant, which
+	// can fire first and leave the caller an i/o timeout while ctx.Err()
+	// is still nil. The dialer's own timeout still bounds it.
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	nc, err := p.dial(dctx, "tcp", p.addr)
+	stop()
+	cancel()
 	if err != nil {
 		return nil, false, err
 	}
